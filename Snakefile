@@ -1,0 +1,49 @@
+# adaptive-rag workflow. Thin by design: configuration comes from params.yaml, logic from the package
+# CLI (`adaptive-rag <step>`); the rules only wire files together. See README.md.
+import sys
+
+from adaptive_rag.config import load_params
+from adaptive_rag.errors import ConfigError
+
+
+configfile: "params.yaml"
+
+
+try:
+    P = load_params("params.yaml")
+except ConfigError as exc:
+    sys.exit(f"error: {exc}")
+if config != P.raw:
+    sys.exit("error: params.yaml is the only configuration; edit it instead of passing --config/--configfile")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/index.smk"
+include: "workflow/rules/splits.smk"
+include: "workflow/rules/generate.smk"
+include: "workflow/rules/score.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.report.output,
+
+
+# Named targets for partial runs and for the coarse DVC stages (dvc.yaml calls these).
+rule splits:
+    input:
+        expand(SPLIT, dataset=P.experiment_datasets),
+
+
+rule runs:
+    input:
+        expand(f"{RUN_DIR}/predictions.jsonl", dataset=P.experiment_datasets, method=P.experiment_methods),
+
+
+rule scores:
+    input:
+        expand(SCORE, dataset=P.experiment_datasets, method=P.experiment_methods),

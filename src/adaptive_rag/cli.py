@@ -1,0 +1,162 @@
+"""`adaptive-rag <step>`: the entry point every Snakemake rule calls.
+
+Heavy libraries (torch, transformers, the JVM) are imported inside the step that needs them, so
+`adaptive-rag --help` and `check-params` start instantly. Errors a user can fix are printed as one
+`error:` line with exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import load_params
+from .errors import AdaptiveRagError, InputError
+
+
+def _params(args):
+    return load_params(args.params)
+
+
+def cmd_check_params(args) -> None:
+    params = _params(args)
+    print(f"{args.params}: ok ({len(params.datasets)} datasets, {len(params.methods)} methods; "
+          f"experiment {params.experiment_datasets} x {params.experiment_methods})")
+
+
+def cmd_model(args) -> None:
+    from .lm.models import materialise
+
+    params = _params(args)
+    identity = materialise(params.model.source, args.out)
+    print(f"model {params.model.name}: {identity['parameters']:,} parameters ({identity['model_type']}, "
+          f"saved as {identity['saved_dtype']}) -> {args.out}")
+
+
+def cmd_corpus(args) -> None:
+    from .data.corpus import convert_to_collection
+
+    params = _params(args)
+    manifest = convert_to_collection(params.corpus.passages, args.out)
+    print(f"corpus {params.corpus.name}: {manifest['passages']} passages in {manifest['shards']} shard(s); "
+          f"{manifest['empty_rows_skipped']} empty rows skipped -> {args.out}")
+
+
+def cmd_index(args) -> None:
+    from .data.corpus import read_manifest
+    from .retrieval.bm25 import build_index
+
+    params = _params(args)
+    expected = read_manifest(args.collection)["passages"]
+    log = open(args.log, "a", encoding="utf-8") if args.log else None
+    try:
+        count = build_index(args.collection, args.out, args.threads or params.retrieval.threads, expected, log)
+    finally:
+        if log:
+            log.close()
+    print(f"index {params.corpus.name}: {count} documents (matches the corpus) -> {args.out}")
+
+
+def cmd_split(args) -> None:
+    from .data.datasets import load_dataset
+    from .data.sampling import sample
+    from .io import sha256_file, write_json, write_jsonl
+
+    params = _params(args)
+    ds = params.dataset(args.dataset)
+    examples = load_dataset(ds.format, ds.path)
+    if ds.sample.size is not None and ds.sample.size > len(examples):
+        raise InputError(f"datasets.{ds.name}.sample.size is {ds.sample.size} but {ds.path} has only "
+                         f"{len(examples)} questions")
+    chosen = sample(examples, ds.sample.size, ds.sample.seed, ds.sample.mode)
+    out = Path(args.out)
+    write_jsonl(out, (e.to_dict() for e in chosen))
+    write_json(out.with_suffix(".meta.json"), {
+        "dataset": ds.name, "source": ds.path, "source_sha256": sha256_file(ds.path),
+        "source_questions": len(examples), "sample": {"mode": ds.sample.mode, "size": ds.sample.size,
+                                                      "seed": ds.sample.seed}, "questions": len(chosen),
+    })
+    print(f"split {ds.name}: {len(chosen)} of {len(examples)} questions -> {out}")
+
+
+def cmd_generate(args) -> None:
+    from .runner import run_generation
+
+    params = _params(args)
+    record = run_generation(params, args.dataset, args.method, Path(args.split), Path(args.model_dir),
+                            Path(args.index) if args.index else None, Path(args.out_dir))
+    print(f"generate {args.dataset}/{args.method}: {record['questions']} questions in {record['wall_time_s']} s "
+          f"-> {args.out_dir}")
+
+
+def cmd_score(args) -> None:
+    from .evaluation.score import score_run
+    from .io import write_json
+
+    run_dir = Path(args.run_dir)
+    result = score_run(run_dir / "predictions.jsonl", run_dir / "trace.jsonl")
+    write_json(args.out, {"dataset": args.dataset, "method": args.method, **result})
+    s = result["summary"]
+    print(f"score {args.dataset}/{args.method}: EM {s['em']:.4f} F1 {s['f1']:.4f} over {s['questions']} questions")
+
+
+def cmd_report(args) -> None:
+    from .reports.figures import plot_scores
+    from .reports.tables import collect_scores, write_tables
+
+    frame = collect_scores([Path(p) for p in args.scores])
+    write_tables(frame, Path(args.table_md), Path(args.table_csv))
+    plot_scores(frame, Path(args.figure))
+    print(frame.to_string(index=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="adaptive-rag", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml", help="the configuration file (default: params.yaml)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="STEP")
+
+    def step(name, func, help_text):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    step("check-params", cmd_check_params, "validate params.yaml and print a summary")
+    p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
+    p.add_argument("--out", required=True)
+    p = step("corpus", cmd_corpus, "convert corpus.passages (DPR TSV) into a pyserini JsonCollection")
+    p.add_argument("--out", required=True)
+    p = step("index", cmd_index, "build a BM25 Lucene index over a JsonCollection and check its size")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=None, help="indexing threads (default: retrieval.threads)")
+    p.add_argument("--log", help="append the indexer's own log to this file")
+    p = step("split", cmd_split, "sample a dataset's questions deterministically into a split file")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True)
+    p = step("generate", cmd_generate, "run one method on one dataset split")
+    for flag in ("--dataset", "--method", "--split", "--model-dir", "--out-dir"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--index", help="BM25 index directory (methods that retrieve)")
+    p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
+    for flag in ("--dataset", "--method", "--run-dir", "--out"):
+        p.add_argument(flag, required=True)
+    p = step("report", cmd_report, "tables (markdown, CSV) and a figure from score files")
+    p.add_argument("--scores", nargs="+", required=True)
+    for flag in ("--table-md", "--table-csv", "--figure"):
+        p.add_argument(flag, required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except AdaptiveRagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

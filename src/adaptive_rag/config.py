@@ -1,0 +1,286 @@
+"""params.yaml -> typed, validated settings.
+
+Every step reads its settings through here, so a typo in params.yaml fails before any work starts and
+the error names the key (e.g. `params.yaml: methods.sr-rag.top_k: expected an integer >= 1, got 'three'`).
+This module must stay import-light: the Snakefile imports it at parse time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+_MISSING = object()
+DTYPES = ("float32", "bfloat16", "float16")
+PROMPT_FORMATS = ("chat", "raw")
+DATASET_FORMATS = ("hotpotqa",)
+SAMPLE_MODES = ("random", "first")
+
+
+class Section:
+    """Reads one mapping of params.yaml, remembering its dotted path for error messages."""
+
+    def __init__(self, data: Any, path: str, source: str):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: {path or 'top level'}: expected a mapping, got {_show(data)}")
+        self.data, self.path, self.source, self.used = data, path, source, set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def fail(self, name: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {self.key(name)}: {message}")
+
+    def raw(self, name: str, default: Any = _MISSING) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            if default is _MISSING:
+                raise self.fail(name, "missing required key")
+            return default
+        return self.data[name]
+
+    def str(self, name: str, default: Any = _MISSING, choices: tuple[str, ...] | None = None) -> str:
+        value = self.raw(name, default)
+        if not isinstance(value, str) or not value:
+            raise self.fail(name, f"expected a non-empty string, got {_show(value)}")
+        if choices and value not in choices:
+            raise self.fail(name, f"must be one of {', '.join(choices)}; got {_show(value)}")
+        return value
+
+    def int(self, name: str, default: Any = _MISSING, minimum: int | None = None, allow_none: bool = False):
+        value = self.raw(name, default)
+        if value is None and allow_none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            bound = f" >= {minimum}" if minimum is not None else ""
+            raise self.fail(name, f"expected an integer{bound}{' or null' if allow_none else ''}, got {_show(value)}")
+        return value
+
+    def float(self, name: str, default: Any = _MISSING, minimum: float | None = None) -> float:
+        value = self.raw(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (minimum is not None and value < minimum):
+            bound = f" >= {minimum}" if minimum is not None else ""
+            raise self.fail(name, f"expected a number{bound}, got {_show(value)}")
+        return float(value)
+
+    def section(self, name: str, default: Any = _MISSING) -> "Section":
+        return Section(self.raw(name, default), self.key(name), self.source)
+
+    def str_list(self, name: str) -> list[str]:
+        value = self.raw(name)
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(name, f"expected a non-empty list of names, got {_show(value)}")
+        if len(set(value)) != len(value):
+            raise self.fail(name, f"lists a name twice: {value}")
+        return value
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            known = ", ".join(sorted(self.used)) or "(none)"
+            raise ConfigError(f"{self.source}: {self.key(unknown[0])}: unknown key (known keys here: {known})")
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    source: str
+    dtype: str
+    device: str
+    prompt_format: str
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    name: str
+    passages: str
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    k1: float
+    b: float
+    threads: int
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    mode: str
+    size: int | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str
+    format: str
+    path: str
+    exemplars: str
+    num_exemplars: int
+    sample: SampleConfig
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    decoding: str
+    max_new_tokens: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """A named method configuration: `type` picks the implementation, `settings` are its validated knobs."""
+
+    name: str
+    type: str
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Params:
+    seed: int
+    model: ModelConfig
+    corpus: CorpusConfig
+    retrieval: RetrievalConfig
+    datasets: dict[str, DatasetConfig]
+    generation: GenerationConfig
+    methods: dict[str, MethodConfig]
+    experiment_datasets: list[str]
+    experiment_methods: list[str]
+    raw: dict = field(repr=False, compare=False)
+
+    def dataset(self, name: str) -> DatasetConfig:
+        if name not in self.datasets:
+            raise ConfigError(f"unknown dataset {name!r}; params.yaml defines: {', '.join(self.datasets)}")
+        return self.datasets[name]
+
+    def method(self, name: str) -> MethodConfig:
+        if name not in self.methods:
+            raise ConfigError(f"unknown method {name!r}; params.yaml defines: {', '.join(self.methods)}")
+        return self.methods[name]
+
+
+def _model(s: Section) -> ModelConfig:
+    cfg = ModelConfig(
+        name=s.str("name"),
+        source=s.str("source"),
+        dtype=s.str("dtype", "float32", DTYPES),
+        device=s.str("device", "cpu"),
+        prompt_format=s.str("prompt_format", "chat", PROMPT_FORMATS),
+    )
+    if not (cfg.device == "cpu" or cfg.device == "cuda" or cfg.device.startswith("cuda:")):
+        raise s.fail("device", f"must be cpu, cuda or cuda:N; got {cfg.device!r}")
+    if "/" in cfg.name or cfg.name.startswith("."):
+        raise s.fail("name", f"is a directory name under data/models/, not a path; got {cfg.name!r}")
+    s.done()
+    return cfg
+
+
+def _dataset(name: str, s: Section) -> DatasetConfig:
+    sample = s.section("sample", {})
+    sample_cfg = SampleConfig(
+        mode=sample.str("mode", "random", SAMPLE_MODES),
+        size=sample.int("size", None, minimum=1, allow_none=True),
+        seed=sample.int("seed", 0),
+    )
+    sample.done()
+    cfg = DatasetConfig(
+        name=name,
+        format=s.str("format", choices=DATASET_FORMATS),
+        path=s.str("path"),
+        exemplars=s.str("exemplars"),
+        num_exemplars=s.int("num_exemplars", 8, minimum=0),
+        sample=sample_cfg,
+    )
+    s.done()
+    return cfg
+
+
+def _methods(s: Section) -> dict[str, MethodConfig]:
+    from .methods import validate_method_settings  # import-light registry (no torch)
+
+    methods = {}
+    for name, value in s.data.items():
+        entry = s.section(name) if value is not None else Section({}, s.key(name), s.source)
+        method_type = entry.str("type", name)
+        methods[name] = MethodConfig(name, method_type, validate_method_settings(method_type, entry))
+    if not methods:
+        raise ConfigError(f"{s.source}: methods: define at least one method")
+    return methods
+
+
+def parse_params(data: Any, source: str = "params.yaml") -> Params:
+    top = Section(data, "", source)
+    model = _model(top.section("model"))
+    corpus_s = top.section("corpus")
+    corpus = CorpusConfig(name=corpus_s.str("name"), passages=corpus_s.str("passages"))
+    corpus_s.done()
+    retrieval_s = top.section("retrieval")
+    bm25 = retrieval_s.section("bm25", {})
+    retrieval = RetrievalConfig(
+        k1=bm25.float("k1", 0.9, minimum=0.0), b=bm25.float("b", 0.4, minimum=0.0),
+        threads=retrieval_s.int("threads", 1, minimum=1),
+    )
+    if retrieval.b > 1:
+        raise bm25.fail("b", f"must be between 0 and 1; got {retrieval.b}")
+    bm25.done()
+    retrieval_s.done()
+    datasets_s = top.section("datasets")
+    datasets = {name: _dataset(name, datasets_s.section(name)) for name in datasets_s.data}
+    if not datasets:
+        raise ConfigError(f"{source}: datasets: define at least one dataset")
+    generation_s = top.section("generation")
+    generation = GenerationConfig(
+        decoding=generation_s.str("decoding", "greedy", ("greedy",)),
+        max_new_tokens=generation_s.int("max_new_tokens", 100, minimum=1),
+        threads=generation_s.int("threads", 1, minimum=1),
+    )
+    generation_s.done()
+    methods = _methods(top.section("methods"))
+    experiment = top.section("experiment")
+    exp_datasets, exp_methods = experiment.str_list("datasets"), experiment.str_list("methods")
+    for name in exp_datasets:
+        if name not in datasets:
+            raise experiment.fail("datasets", f"names {name!r}, which is not under datasets: ({', '.join(datasets)})")
+    for name in exp_methods:
+        if name not in methods:
+            raise experiment.fail("methods", f"names {name!r}, which is not under methods: ({', '.join(methods)})")
+    experiment.done()
+    params = Params(
+        seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
+        generation=generation, methods=methods, experiment_datasets=exp_datasets,
+        experiment_methods=exp_methods, raw=data,
+    )
+    top.done()
+    return params
+
+
+def load_params(path: str | os.PathLike = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"params file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_params(data, str(path))
+
+
+def as_dict(obj: Any) -> Any:
+    """Dataclass settings back to plain data, for provenance records and Snakemake params triggers."""
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(obj) if is_dataclass(obj) else obj
+

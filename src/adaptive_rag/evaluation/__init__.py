@@ -1,0 +1,1 @@
+"""Answer extraction, metrics and per-run scoring."""

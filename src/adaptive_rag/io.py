@@ -1,0 +1,92 @@
+"""Small file helpers shared by every step.
+
+Outputs are written to a temporary sibling and renamed into place, so a killed step never
+leaves a half-written file that Snakemake or DVC could mistake for a finished one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .errors import InputError
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def dumps_line(record: dict) -> str:
+    """One canonical JSON line: stable key order and no platform-dependent formatting."""
+    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
+    count = 0
+    with atomic_write(path) as handle:
+        for record in records:
+            handle.write(dumps_line(record))
+            count += 1
+    return count
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_write(path) as handle:
+        json.dump(obj, handle, ensure_ascii=False, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def require_file(path: str | os.PathLike, what: str) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what} not found: {path}")
+    return path
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    path = require_file(path, what)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
+
+
+def read_jsonl(path: str | os.PathLike, what: str = "JSONL file") -> list[dict]:
+    path = require_file(path, what)
+    records = []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
+    return records
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,1 @@
+"""Language models: materialisation into a local directory, and generation backends."""

@@ -1,0 +1,12 @@
+"""wo-RAG: few-shot chain-of-thought with no retrieval; the floor every RAG method is compared to."""
+
+from __future__ import annotations
+
+from . import register
+from .base import Answer, Method
+
+
+@register("wo-rag")
+class WithoutRetrieval(Method):
+    def answer(self, example) -> Answer:
+        return self.generate_answer(example.question)

@@ -1,0 +1,90 @@
+"""DPR TSV -> JsonCollection -> a real Lucene index built and searched through pyserini's jar."""
+
+import json
+
+import pytest
+
+from adaptive_rag.data.corpus import convert_to_collection, iter_passages, read_manifest
+from adaptive_rag.errors import InputError
+from adaptive_rag.retrieval.bm25 import BM25Retriever, build_index
+
+TSV = (
+    "id\ttext\ttitle\n"
+    '1\t"Velmora Glassworks was founded by Idris Penhallow in 1712; its ""blue crown"" glass is famous."\tVelmora Glassworks\n'
+    "2\tIdris Penhallow was a glassmaker born in the harbour town of Carrowmere.\tIdris Penhallow\n"
+    "3\t\tEmpty Passage\n"
+    "4\tCarrowmere is a harbour town on the Lune estuary, known for its rope walks.\tCarrowmere\n"
+    "5\tThe Tessilan Rope Mill spun hemp for the river fleets of the Lune.\tTessilan Rope Mill\n"
+)
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    tsv = root / "psgs.tsv"
+    tsv.write_text(TSV, encoding="utf-8")
+    out = root / "collection"
+    manifest = convert_to_collection(tsv, out, shard_size=2)
+    return tsv, out, manifest
+
+
+def test_conversion_streams_into_shards_and_counts_empty_rows(collection):
+    _, out, manifest = collection
+    assert manifest["passages"] == 4 and manifest["empty_rows_skipped"] == 1 and manifest["shards"] == 2
+    assert read_manifest(out) == manifest
+    docs = [json.loads(l) for f in sorted(out.glob("*.jsonl")) for l in f.read_text().splitlines()]
+    assert [d["id"] for d in docs] == ["1", "2", "4", "5"]
+    assert docs[0]["contents"] == 'Velmora Glassworks\nVelmora Glassworks was founded by Idris Penhallow in 1712; its "blue crown" glass is famous.'
+    assert docs[0]["title"] == "Velmora Glassworks"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("id\ttitle\ttext\n1\ta\tb\n", "line 1: expected the DPR header"),
+        ("id\ttext\ttitle\n1\tonly two\n", "line 2: expected 3 tab-separated fields"),
+        ("id\ttext\ttitle\n1\ta\tA\n1\tb\tB\n", "line 3: passage id '1' appears twice"),
+        ("id\ttext\ttitle\n\ta\tA\n", "line 2: empty passage id"),
+    ],
+)
+def test_malformed_tsv_names_file_and_line(tmp_path, content, message):
+    tsv = tmp_path / "bad.tsv"
+    tsv.write_text(content)
+    with pytest.raises(InputError) as err:
+        list(iter_passages(tsv))
+    assert str(tsv) in str(err.value) and message in str(err.value)
+
+
+def test_missing_corpus_file(tmp_path):
+    with pytest.raises(InputError, match="passages TSV not found"):
+        convert_to_collection(tmp_path / "nope.tsv", tmp_path / "out")
+
+
+def test_real_lucene_index_is_built_and_searched(collection, tmp_path):
+    _, out, manifest = collection
+    log = tmp_path / "index.log"
+    with open(log, "w") as handle:
+        assert build_index(out, tmp_path / "index", threads=1, expected=manifest["passages"], log=handle) == 4
+    assert "documents indexed" in log.read_text()
+    retriever = BM25Retriever(tmp_path / "index", k1=0.9, b=0.4)
+    hits = retriever.search("Who founded the Velmora Glassworks?", 2)
+    assert hits[0].id == "1" and hits[0].title == "Velmora Glassworks"
+    assert hits[0].text.startswith("Velmora Glassworks was founded by Idris Penhallow")
+    assert len(hits) == 1  # only passage 1 mentions Velmora or founding
+    hits = retriever.search("harbour town rope", 5)
+    assert hits[0].id == "4"  # the only passage with all three terms
+    assert {h.id for h in hits} == {"2", "4", "5"}
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert retriever.identity()["documents"] == 4
+
+
+def test_index_count_mismatch_is_an_error(collection, tmp_path):
+    _, out, _ = collection
+    with pytest.raises(RuntimeError, match="index has 4 documents but the corpus has 5"):
+        build_index(out, tmp_path / "index", threads=1, expected=5)
+    assert not (tmp_path / "index").exists()
+
+
+def test_opening_a_missing_index_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="not a Lucene index"):
+        BM25Retriever(tmp_path)

@@ -1,0 +1,26 @@
+# Paths and helpers shared by the rules. Every path the workflow writes is defined here once.
+import json
+import shlex
+import sys
+
+from adaptive_rag.config import as_dict
+from adaptive_rag.methods import method_class
+
+# The Python running Snakemake runs the steps too, so an unactivated venv works the same.
+CLI = f"{shlex.quote(sys.executable)} -m adaptive_rag --params params.yaml"
+MODEL_DIR = f"data/models/{P.model.name}"
+COLLECTION_DIR = f"data/corpus/{P.corpus.name}"
+INDEX_DIR = f"data/index/{P.corpus.name}/bm25"
+SPLIT = "data/splits/{dataset}.jsonl"
+RUN_DIR = "data/runs/{dataset}/{method}"
+SCORE = "data/scores/{dataset}/{method}.json"
+
+
+def settings_key(*sections):
+    """A stable string of the settings a rule depends on: changing them (and only them) reruns the rule."""
+    return json.dumps([as_dict(s) for s in sections], sort_keys=True)
+
+
+wildcard_constraints:
+    dataset="|".join(P.datasets),
+    method="|".join(P.methods),

@@ -1,0 +1,12 @@
+rule split:
+    input:
+        lambda wc: P.dataset(wc.dataset).path,
+    output:
+        split=SPLIT,
+        meta="data/splits/{dataset}.meta.json",
+    params:
+        settings=lambda wc: settings_key(P.dataset(wc.dataset)),
+    log:
+        "logs/splits/{dataset}.log",
+    shell:
+        "{CLI} split --dataset {wildcards.dataset} --out {output.split} > {log} 2>&1"
