@@ -19,7 +19,6 @@ from .errors import ConfigError
 _MISSING = object()
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_FORMATS = ("chat", "raw")
-DATASET_FORMATS = ("hotpotqa",)
 SAMPLE_MODES = ("random", "first")
 
 
@@ -187,6 +186,7 @@ def _model(s: Section) -> ModelConfig:
 
 
 def _dataset(name: str, s: Section) -> DatasetConfig:
+    from .data.datasets import LOADERS  # import-light: the loaders module needs only the standard library
     sample = s.section("sample", {})
     sample_cfg = SampleConfig(
         mode=sample.str("mode", "random", SAMPLE_MODES),
@@ -196,7 +196,7 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
     sample.done()
     cfg = DatasetConfig(
         name=name,
-        format=s.str("format", choices=DATASET_FORMATS),
+        format=s.str("format", choices=tuple(LOADERS)),
         path=s.str("path"),
         exemplars=s.str("exemplars"),
         num_exemplars=s.int("num_exemplars", 8, minimum=0),
