@@ -18,6 +18,7 @@ if config != P.raw:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/download.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/index.smk"
@@ -34,6 +35,11 @@ rule all:
 
 
 # Named targets for partial runs and for the coarse DVC stages (dvc.yaml calls these).
+rule downloads:
+    input:
+        [path for d in P.downloads.values() for path in (d.path, *d.extracted_paths())],
+
+
 rule splits:
     input:
         expand(SPLIT, dataset=P.experiment_datasets),

@@ -21,7 +21,8 @@ def test_normalisation(raw, normalised):
 
 
 def test_exact_and_partial_match():
-    assert score_answer("the Carrowmere", ["Carrowmere"]) == {"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0}
+    assert score_answer("the Carrowmere", ["Carrowmere"]) == {"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0,
+                                                             "acc": 1.0}
     s = score_answer("Carrowmere harbour town", ["Carrowmere harbour"])
     assert s["em"] == 0.0
     assert s["precision"] == pytest.approx(2 / 3) and s["recall"] == pytest.approx(1.0)
@@ -31,7 +32,7 @@ def test_exact_and_partial_match():
 
 def test_best_alias_wins_and_precision_recall_come_from_it():
     s = score_answer("New York City", ["NYC", "New York", "New York City"])
-    assert s == {"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0}
+    assert s == {"em": 1.0, "f1": 1.0, "precision": 1.0, "recall": 1.0, "acc": 1.0}
     s = score_answer("York", ["New York", "Yorkshire"])
     assert s["f1"] == pytest.approx(2 / 3) and s["precision"] == 1.0 and s["recall"] == 0.5
 
@@ -40,6 +41,23 @@ def test_yes_no_only_match_exactly():
     assert score_answer("yes", ["yes"])["em"] == 1.0
     assert score_answer("yes", ["no"])["f1"] == 0.0
     assert score_answer("no it is not", ["no"])["f1"] == 0.0  # HotpotQA official rule
+
+
+def test_accuracy_credits_a_contained_gold_on_word_boundaries():
+    assert score_answer("It was founded in Carrowmere harbour.", ["Carrowmere"])["acc"] == 1.0
+    assert score_answer("It was founded in Carrowmere harbour.", ["Carrowmere"])["em"] == 0.0
+    assert score_answer("Carrowmeres", ["Carrowmere"])["acc"] == 0.0
+    assert score_answer("1712", ["712"])["acc"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "prediction, gold, em",
+    [("Yes, llamas can.", "yes", 1.0), ("No. It cannot.", "no", 1.0), ("no, not yes", "yes", 0.0),
+     ("Perhaps", "no", 0.0), ("Not known; yes", "yes", 1.0)],
+)
+def test_yes_no_questions_reduce_the_prediction_first(prediction, gold, em):
+    assert score_answer(prediction, [gold], "yes/no")["em"] == em
+    assert score_answer(prediction, [gold], "span")["em"] == 0.0
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,12 @@ Heavy libraries (torch, transformers, the JVM) are imported inside the step that
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from .config import load_params
-from .errors import AdaptiveRagError, InputError
+from .errors import AdaptiveRagError, ConfigError, InputError
 
 
 def _params(args):
@@ -25,6 +26,24 @@ def cmd_check_params(args) -> None:
           f"experiment {params.experiment_datasets} x {params.experiment_methods})")
 
 
+PROFILES_DIR = Path("params")
+
+
+def cmd_profile(args) -> None:
+    """Profiles are whole params files; the chosen one becomes params.yaml, the one file everything reads."""
+    available = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    source = PROFILES_DIR / f"{args.name}.yaml"
+    if not source.is_file():
+        raise ConfigError(f"no profile {args.name!r} in {PROFILES_DIR}/; available: {', '.join(available) or 'none'}")
+    load_params(source)  # refuse to install an invalid profile
+    target = Path(args.params)
+    from .io import atomic_write
+
+    with atomic_write(target) as handle:
+        handle.write(source.read_text(encoding="utf-8"))
+    print(f"{target} <- {source}")
+
+
 def cmd_model(args) -> None:
     from .lm.models import materialise
 
@@ -34,11 +53,26 @@ def cmd_model(args) -> None:
           f"saved as {identity['saved_dtype']}) -> {args.out}")
 
 
+def cmd_download(args) -> None:
+    from .data.archives import extract_members
+    from .data.download import RemoteFile, fetch_with_sha256
+
+    params = _params(args)
+    if args.name not in params.downloads:
+        raise ConfigError(f"unknown download {args.name!r}; params.yaml defines: {', '.join(params.downloads) or 'none'}")
+    d = params.downloads[args.name]
+    fetched = fetch_with_sha256(RemoteFile(d.url, d.filename, d.sha256, d.size), d.directory, params.mirrors)
+    state = "verified" if fetched.verified else "NOT verified (no sha256 pinned in params.yaml)"
+    print(f"download {d.name}: {fetched.path} sha256={fetched.sha256} {state}")
+    for path in extract_members(fetched.path, d.extract, Path(d.directory)):
+        print(f"download {d.name}: extracted {path}")
+
+
 def cmd_corpus(args) -> None:
     from .data.corpus import convert_to_collection
 
     params = _params(args)
-    manifest = convert_to_collection(params.corpus.passages, args.out)
+    manifest = convert_to_collection(params.corpus.passages, args.out, expected=params.corpus.expected_passages)
     print(f"corpus {params.corpus.name}: {manifest['passages']} passages in {manifest['shards']} shard(s); "
           f"{manifest['empty_rows_skipped']} empty rows skipped -> {args.out}")
 
@@ -122,8 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     step("check-params", cmd_check_params, "validate params.yaml and print a summary")
+    p = step("profile", cmd_profile, "replace params.yaml with a profile from params/ (demo, shared, paper)")
+    p.add_argument("name")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
     p.add_argument("--out", required=True)
+    p = step("download", cmd_download, "fetch one `downloads:` entry (resumable, verified, mirror-aware)")
+    p.add_argument("--name", required=True)
     p = step("corpus", cmd_corpus, "convert corpus.passages (DPR TSV) into a pyserini JsonCollection")
     p.add_argument("--out", required=True)
     p = step("index", cmd_index, "build a BM25 Lucene index over a JsonCollection and check its size")
@@ -150,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Warnings (e.g. dropped unanswerable questions, unpinned checksums) go to stderr, i.e. the step's log.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
     except AdaptiveRagError as exc:

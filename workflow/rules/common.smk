@@ -5,6 +5,7 @@ import sys
 
 from adaptive_rag.config import as_dict
 from adaptive_rag.methods import method_class
+from adaptive_rag.prompts.fewshot import resolve_exemplars
 
 # The Python running Snakemake runs the steps too, so an unactivated venv works the same.
 CLI = f"{shlex.quote(sys.executable)} -m adaptive_rag --params params.yaml"

@@ -1,6 +1,6 @@
 def generate_inputs(wc):
     dataset = P.dataset(wc.dataset)
-    inputs = {"split": SPLIT.format(dataset=wc.dataset), "model": MODEL_DIR, "exemplars": dataset.exemplars}
+    inputs = {"split": SPLIT.format(dataset=wc.dataset), "model": MODEL_DIR, "exemplars": str(resolve_exemplars(dataset.exemplars))}
     if method_class(P.method(wc.method).type).needs_retriever:
         inputs["index"] = INDEX_DIR
     return inputs

@@ -7,6 +7,7 @@ memory. Rows with empty text exist in the real dump; they are counted and report
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import sys
 from dataclasses import dataclass
@@ -38,7 +39,8 @@ def iter_passages(path: str | Path, stats: dict | None = None) -> Iterator[Passa
     path = require_file(path, "passages TSV")
     csv.field_size_limit(sys.maxsize)
     empty = 0
-    with open(path, encoding="utf-8", newline="") as handle:
+    opener = gzip.open if path.suffix == ".gz" else open  # the DPR dump ships as psgs_w100.tsv.gz
+    with opener(path, "rt", encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle, delimiter="\t")
         header = next(reader, None)
         if header != HEADER:
@@ -62,7 +64,8 @@ def iter_passages(path: str | Path, stats: dict | None = None) -> Iterator[Passa
         stats["empty_rows"] = empty
 
 
-def convert_to_collection(tsv: str | Path, out_dir: str | Path, shard_size: int = SHARD_SIZE) -> dict:
+def convert_to_collection(tsv: str | Path, out_dir: str | Path, shard_size: int = SHARD_SIZE,
+                          expected: int | None = None) -> dict:
     """Write JsonCollection shards plus a manifest with the passage count the index must match."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +90,9 @@ def convert_to_collection(tsv: str | Path, out_dir: str | Path, shard_size: int 
         writer.__exit__(None, None, None)
     if count == 0:
         raise InputError(f"{tsv}: no passages with text")
+    if expected is not None and count != expected:
+        raise InputError(f"{tsv}: {count} passages with text, but corpus.expected_passages is {expected} "
+                         f"({stats.get('empty_rows', 0)} empty rows were skipped)")
     manifest = {
         "passages": count,
         "empty_rows_skipped": stats.get("empty_rows", 0),

@@ -9,7 +9,7 @@ from ..errors import InputError
 from ..io import read_jsonl
 from .metrics import score_answer
 
-METRICS = ("em", "f1", "precision", "recall")
+METRICS = ("em", "f1", "precision", "recall", "acc")
 
 
 def score_run(predictions_path: Path, trace_path: Path | None = None) -> dict:
@@ -21,7 +21,8 @@ def score_run(predictions_path: Path, trace_path: Path | None = None) -> dict:
         for key in ("id", "prediction", "answers"):
             if key not in record:
                 raise InputError(f"{predictions_path}: line {index + 1}: missing '{key}'")
-        per_question.append({"id": record["id"], **score_answer(record["prediction"], record["answers"])})
+        per_question.append({"id": record["id"], **score_answer(record["prediction"], record["answers"],
+                                                                  record.get("answer_type", "span"))})
     summary = {metric: round(mean(q[metric] for q in per_question), 4) for metric in METRICS}
     summary["questions"] = len(per_question)
     summary["answer_found"] = round(mean(float(r.get("answer_found", False)) for r in predictions), 4)

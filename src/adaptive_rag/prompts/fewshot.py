@@ -33,7 +33,23 @@ class Exemplar:
         return f"{self.reasoning} {ANSWER_PREFIX} {self.answer}."
 
 
-def load_exemplars(path: str | Path, count: int) -> list[Exemplar]:
+BUILTIN = "builtin:"
+BUILTIN_DIR = Path(__file__).parent / "exemplars"
+
+
+def resolve_exemplars(spec: str) -> Path:
+    """`builtin:<dataset>` names a set shipped with the package; anything else is a file path."""
+    if spec.startswith(BUILTIN):
+        path = BUILTIN_DIR / f"{spec[len(BUILTIN):]}.json"
+        if not path.is_file():
+            known = ", ".join(sorted(BUILTIN + p.stem for p in BUILTIN_DIR.glob("*.json")))
+            raise InputError(f"no built-in exemplar set {spec!r}; available: {known}")
+        return path
+    return Path(spec)
+
+
+def load_exemplars(spec: str | Path, count: int) -> list[Exemplar]:
+    path = resolve_exemplars(str(spec))
     data = read_json(path, "exemplar file")
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a JSON list of exemplars")

@@ -7,7 +7,8 @@ from pathlib import Path
 from ..errors import InputError
 from ..io import atomic_write, read_json
 
-COLUMNS = ("dataset", "method", "questions", "em", "f1", "precision", "recall", "retrievals_mean", "answer_found")
+COLUMNS = ("dataset", "method", "questions", "em", "f1", "precision", "recall", "acc", "retrievals_mean",
+           "answer_found")
 
 
 def collect_scores(paths: list[Path]):
