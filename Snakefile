@@ -40,6 +40,12 @@ rule downloads:
         [path for d in P.downloads.values() for path in (d.path, *d.extracted_paths())],
 
 
+rule indexes:
+    input:
+        INDEX_DIR,
+        SEARCH_INDEX,
+
+
 rule splits:
     input:
         expand(SPLIT, dataset=P.experiment_datasets),

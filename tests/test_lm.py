@@ -1,4 +1,4 @@
-"""The generation path SmolLM2 takes, exercised with a tiny random Llama built in the test."""
+"""The white-box engine, exercised with a tiny random Llama built in the test (the path SmolLM2 takes)."""
 
 import json
 import os
@@ -6,47 +6,130 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from adaptive_rag.config import parse_params
 from adaptive_rag.data.datasets import Example
+from adaptive_rag.errors import ConfigError
+from adaptive_rag.lm.base import BLACK_BOX, Extras, Prompt, SamplingParams, require
 from adaptive_rag.lm.hf import HFModel
 from adaptive_rag.lm.models import model_identity
 from adaptive_rag.methods import method_class
 from adaptive_rag.methods.base import Context
-from adaptive_rag.prompts.fewshot import Exemplar, raw_prompt
+from adaptive_rag.prompts.fewshot import Exemplar, build_prompt
 from adaptive_rag.retrieval import Hit
 
-EXEMPLARS = [Exemplar("Who founded Velmora Glassworks?", "Idris Penhallow founded it.", "Idris Penhallow")]
+EXEMPLARS = [Exemplar("Who founded Velmora Glassworks?", "Idris Penhallow founded it.", "Idris Penhallow")] * 2
+QUESTIONS = ["Where was Idris Penhallow born?", "Which river flows through Carrowmere?", "Who?",
+             "When was the Tessilan Rope Mill founded, and by whom, and why?"]
 
 
-def test_materialised_model_records_its_identity(tiny_model_dir):
-    identity = model_identity(tiny_model_dir)
-    assert identity["model_type"] == "llama" and identity["saved_dtype"] == "float32"
-    assert len(identity["weights_sha256"]["model.safetensors"]) == 64
-    assert (tiny_model_dir / "tokenizer.json").is_file()
+@pytest.fixture(scope="module")
+def lm(tiny_model_dir):
+    return HFModel(tiny_model_dir, batch_size=4)
 
 
-def test_greedy_generation_is_deterministic_and_matches_a_manual_argmax(tiny_model_dir):
+def full_forward(lm, prompt, continuation):
+    """Prompt + generated ids through one plain forward pass, with everything switched on."""
     import torch
 
-    lm = HFModel(tiny_model_dir, "float32", "cpu", threads=1)
-    prompt = raw_prompt(EXEMPLARS, "Where was Idris Penhallow born?")
-    first = lm.generate(prompt, max_new_tokens=8)
-    assert first == lm.generate(prompt, max_new_tokens=8)
-    assert first.new_tokens == 8 and first.prompt_tokens > 20
-    ids = lm.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    ids, _ = lm.encode(prompt)
+    all_ids = torch.tensor([ids + continuation.token_ids])
     with torch.no_grad():
-        for _ in range(8):
-            next_id = lm.model(ids).logits[0, -1].argmax()
-            ids = torch.cat([ids, next_id.view(1, 1)], dim=1)
-    manual = lm.tokenizer.decode(ids[0, -8:], skip_special_tokens=True).strip()
-    assert first.text == manual
+        return len(ids), lm.model(all_ids, output_attentions=True, output_hidden_states=True)
 
 
-def test_chat_rendering_uses_the_template(tiny_model_dir):
-    lm = HFModel(tiny_model_dir)
-    text = lm.render_chat([{"role": "user", "content": "Question: q"}])
-    assert text.startswith("<|im_start|>user\nQuestion: q<|im_end|>") and text.endswith("<|im_start|>assistant\n")
+def test_materialised_model_records_its_identity(tiny_model_dir, lm):
+    identity = model_identity(tiny_model_dir)
+    assert identity["model_type"] == "llama" and identity["saved_dtype"] == "float32"
+    assert lm.identity()["weights_sha256"] == identity["weights_sha256"]
+
+
+@pytest.mark.parametrize("prompt_format", ["raw", "chat"])
+def test_greedy_tokens_and_extras_match_a_direct_forward_pass(lm, prompt_format):
+    import torch
+
+    prompt = build_prompt(prompt_format, EXEMPLARS, QUESTIONS[0])
+    (c,) = lm.generate([prompt], 8, extras=Extras(entropy=True, attention_layer=-1, hidden_layer=1))
+    assert len(c.tokens) == len(c.logprobs) == len(c.entropies) == len(c.attentions) == 8
+    assert c.hidden.shape == (8, lm.model.config.hidden_size) and "".join(c.tokens) == c.text
+    n, out = full_forward(lm, prompt, c)
+    logprobs = torch.log_softmax(out.logits[0].float(), -1)
+    for i, token in enumerate(c.token_ids):
+        row = logprobs[n - 1 + i]
+        assert token == int(row.argmax())  # greedy
+        assert c.logprobs[i] == pytest.approx(float(row[token]), abs=1e-4)
+        assert c.entropies[i] == pytest.approx(float(-(row.exp() * row).sum()), abs=1e-4)
+        attention = out.attentions[-1][0, :, n + i, : n + i + 1].mean(0).numpy()
+        assert c.attentions[i].shape == (n + i + 1,)
+        np.testing.assert_allclose(c.attentions[i], attention, atol=1e-5)
+        np.testing.assert_allclose(c.hidden[i], out.hidden_states[1][0, n + i].numpy(), atol=1e-4)
+
+
+def test_batched_and_one_at_a_time_give_the_same_tokens(tiny_model_dir, lm):
+    prompts = [build_prompt("chat", EXEMPLARS, q, [Hit("1", "T", "some passage text", 1.0)]) for q in QUESTIONS]
+    batched = lm.generate(prompts, 12)
+    single = HFModel(tiny_model_dir, batch_size=1).generate(prompts, 12)
+    assert [c.token_ids for c in batched] == [c.token_ids for c in single]
+    assert max(abs(a - b) for x, y in zip(batched, single) for a, b in zip(x.logprobs, y.logprobs)) < 1e-4
+
+
+def test_stop_strings_cut_text_and_tokens(lm):
+    prompt = build_prompt("raw", EXEMPLARS, QUESTIONS[1])
+    (free,) = lm.generate([prompt], 10)
+    stop = free.tokens[3].strip() or free.tokens[4]
+    (cut,) = lm.generate([prompt], 10, stop=[stop])
+    assert cut.finish_reason == "stop" and stop not in cut.text
+    assert free.text.startswith(cut.text) and cut.token_ids == free.token_ids[:len(cut.token_ids)]
+    assert "".join(cut.tokens).startswith(cut.text)
+
+
+def test_sampling_repeats_with_its_seed(lm):
+    prompt = build_prompt("chat", EXEMPLARS, QUESTIONS[0])
+    params = SamplingParams(n=3, seed=11, temperature=1.0, top_k=50, top_p=0.9)
+    first, again = lm.sample(prompt, params, 8), lm.sample(prompt, params, 8)
+    other = lm.sample(prompt, SamplingParams(n=3, seed=12), 8)
+    assert [c.token_ids for c in first] == [c.token_ids for c in again]
+    assert [c.token_ids for c in first] != [c.token_ids for c in other]
+    assert len({tuple(c.token_ids) for c in first}) > 1  # continuation j uses seed + j
+    assert all(c.sequence_logprob == pytest.approx(sum(c.logprobs)) for c in first)
+
+
+def test_scoring_a_forced_continuation_matches_a_direct_forward(lm):
+    import torch
+
+    prompt = build_prompt("raw", EXEMPLARS, QUESTIONS[2])
+    continuation = " Carrowmere, on the Lune."
+    scores = lm.score(prompt, continuation)
+    prompt_ids, _ = lm.encode(prompt)
+    ids, _ = lm.encode(prompt.with_prefix(continuation))
+    assert ids[:len(prompt_ids)] == prompt_ids and len(scores) == len(ids) - len(prompt_ids)
+    with torch.no_grad():
+        logprobs = torch.log_softmax(lm.model(torch.tensor([ids])).logits[0].float(), -1)
+    expected = [float(logprobs[i - 1, ids[i]]) for i in range(len(prompt_ids), len(ids))]
+    assert scores == pytest.approx(expected, abs=1e-5)
+
+
+def test_attribution_covers_prompt_tokens(lm):
+    prompt = Prompt(text="Question: Where was Idris born?\nAnswer:")
+    scores = lm.attribution(prompt, " Carrowmere", steps=4)
+    assert len(scores) == len(lm.encode(prompt)[0]) and any(s != 0 for s in scores)
+
+
+def test_capability_errors_come_before_any_generation(tiny_model_dir):
+    with pytest.raises(ConfigError, match="needs attentions, entropy, which the api backend cannot provide"):
+        require(BLACK_BOX, {"attentions", "entropy"}, "method 'dragin'", "api")
+    import yaml
+
+    from conftest import REPO
+
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["model"].update(backend="api", api={"base_url": "http://127.0.0.1:9/v1", "model": "x"})
+    parse_params(data)  # wo-rag and sr-rag need only token log-probabilities
+    data["model"]["backend"] = "hf"
+    with pytest.raises(ConfigError, match="model.api: is only used with backend: api"):
+        parse_params(data)
 
 
 class FakeRetriever:
@@ -59,31 +142,28 @@ class FakeRetriever:
 
 
 @pytest.mark.parametrize("prompt_format", ["raw", "chat"])
-def test_methods_run_through_the_model(tiny_model_dir, prompt_format):
-    lm = HFModel(tiny_model_dir)
+def test_methods_answer_batches_through_the_model(lm, prompt_format):
     retriever = FakeRetriever()
     ctx = Context(lm=lm, exemplars=EXEMPLARS, prompt_format=prompt_format, max_new_tokens=5, retriever=retriever)
-    example = Example("q1", "Where was Idris Penhallow born?", ["Carrowmere"], "span")
-    no_rag = method_class("wo-rag")({}, ctx).answer(example)
-    assert no_rag.retrievals == 0 and "Context:" not in no_rag.prompt and no_rag.llm_calls == 1
-    rag = method_class("sr-rag")({"top_k": 2}, ctx).answer(example)
-    assert retriever.queries == [(example.question, 2)]
-    assert rag.retrievals == 1 and [p["id"] for p in rag.passages] == ["0", "1"]
-    assert "[1] Title 0: passage 0\n[2] Title 1: passage 1" in rag.prompt
-    assert rag.prompt.index("Context:") > rag.prompt.index(EXEMPLARS[0].question)
+    examples = [Example(f"q{i}", q, ["Carrowmere"], "span") for i, q in enumerate(QUESTIONS[:2])]
+    no_rag = method_class("wo-rag")({}, ctx).answer_batch(examples)
+    assert [a.retrievals for a in no_rag] == [0, 0] and "Context:" not in json.dumps(no_rag[0].prompt)
+    rag = method_class("sr-rag")({"top_k": 2}, ctx).answer_batch(examples)
+    assert retriever.queries == [(e.question, 2) for e in examples]
+    assert [p["id"] for p in rag[0].passages] == ["0", "1"] and rag[0].llm_calls == 1
+    assert "[1] Title 0: passage 0\n[2] Title 1: passage 1" in json.dumps(rag[0].prompt, ensure_ascii=False).replace("\\n", "\n")
 
 
 def test_hub_id_source_loads_through_from_pretrained_offline(tiny_llama_dir, tmp_path):
     """A hub id goes through the same `from_pretrained` call; here it resolves from an offline HF cache."""
-    revision = "0" * 40
-    snapshot = tmp_path / "hub" / "models--tiny-org--tiny-llama" / "snapshots" / revision
-    shutil.copytree(tiny_llama_dir, snapshot)
-    (tmp_path / "hub" / "models--tiny-org--tiny-llama" / "refs").mkdir()
-    (tmp_path / "hub" / "models--tiny-org--tiny-llama" / "refs" / "main").write_text(revision)
-    params = tmp_path / "params.yaml"
     from conftest import write_params
 
-    write_params(params, model={"name": "tiny", "source": "tiny-org/tiny-llama"})
+    revision = "0" * 40
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-llama"
+    shutil.copytree(tiny_llama_dir, repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    params = write_params(tmp_path / "params.yaml", model={"name": "tiny", "source": "tiny-org/tiny-llama"})
     env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
     out = tmp_path / "models" / "tiny"
     result = subprocess.run([sys.executable, "-m", "adaptive_rag", "--params", str(params), "model", "--out", str(out)],

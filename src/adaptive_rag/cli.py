@@ -92,6 +92,20 @@ def cmd_index(args) -> None:
     print(f"index {params.corpus.name}: {count} documents (matches the corpus) -> {args.out}")
 
 
+def cmd_dense_index(args) -> None:
+    from .data.corpus import read_manifest
+    from .retrieval.dense import build_dense_index
+
+    params = _params(args)
+    dense = params.retrieval.dense
+    count = build_dense_index(args.collection, args.out, dense.encoder, dense.batch_size,
+                              expected=read_manifest(args.collection)["passages"],
+                              device="cuda" if params.model.device.startswith("cuda") else "cpu",
+                              query_prefix=dense.query_prefix, passage_prefix=dense.passage_prefix,
+                              threads=args.threads)
+    print(f"dense index {params.corpus.name}: {count} passages encoded with {dense.encoder} -> {args.out}")
+
+
 def cmd_split(args) -> None:
     from .data.datasets import load_dataset
     from .data.sampling import sample
@@ -118,10 +132,14 @@ def cmd_generate(args) -> None:
     from .runner import run_generation
 
     params = _params(args)
-    record = run_generation(params, args.dataset, args.method, Path(args.split), Path(args.model_dir),
+    if params.model.backend == "hf" and not args.model_dir:
+        raise ConfigError("model.backend is 'hf': pass --model-dir (the model step's output)")
+    record = run_generation(params, args.dataset, args.method, Path(args.split),
+                            Path(args.model_dir) if args.model_dir else None,
                             Path(args.index) if args.index else None, Path(args.out_dir))
-    print(f"generate {args.dataset}/{args.method}: {record['questions']} questions in {record['wall_time_s']} s "
-          f"-> {args.out_dir}")
+    if record is not None:  # Accelerate: only the main process merges and reports
+        print(f"generate {args.dataset}/{args.method}: {record['questions']} questions in "
+              f"{record['wall_time_s']} s -> {args.out_dir}")
 
 
 def cmd_score(args) -> None:
@@ -169,13 +187,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=None, help="indexing threads (default: retrieval.threads)")
     p.add_argument("--log", help="append the indexer's own log to this file")
+    p = step("dense-index", cmd_dense_index, "encode a JsonCollection with retrieval.dense.encoder into a faiss index")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=None)
     p = step("split", cmd_split, "sample a dataset's questions deterministically into a split file")
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True)
     p = step("generate", cmd_generate, "run one method on one dataset split")
-    for flag in ("--dataset", "--method", "--split", "--model-dir", "--out-dir"):
+    for flag in ("--dataset", "--method", "--split", "--out-dir"):
         p.add_argument(flag, required=True)
-    p.add_argument("--index", help="BM25 index directory (methods that retrieve)")
+    p.add_argument("--model-dir", help="the materialised model (backend hf)")
+    p.add_argument("--index", help="index directory (methods that retrieve)")
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
     for flag in ("--dataset", "--method", "--run-dir", "--out"):
         p.add_argument(flag, required=True)

@@ -19,6 +19,7 @@ from .errors import ConfigError
 _MISSING = object()
 DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_FORMATS = ("chat", "raw")
+BACKENDS = ("hf", "api")
 SAMPLE_MODES = ("random", "first")
 
 
@@ -91,12 +92,22 @@ def _show(value: Any) -> str:
 
 
 @dataclass(frozen=True)
+class APIConfig:
+    base_url: str
+    model: str
+    concurrency: int
+    max_retries: int
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     name: str
     source: str
     dtype: str
     device: str
     prompt_format: str
+    backend: str  # hf (white-box, transformers) | api (black-box, OpenAI-compatible endpoint)
+    api: APIConfig | None
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,9 @@ class GenerationConfig:
     decoding: str
     max_new_tokens: int
     threads: int
+    batch_size: int  # questions advanced together (one forward per step)
+    cache: str | None  # the shared call cache (SQLite); null: none
+    processes: int  # > 1: `accelerate launch` splits the questions over this many processes (GPUs)
 
 
 @dataclass(frozen=True)
@@ -207,12 +221,23 @@ class Params:
 
 
 def _model(s: Section) -> ModelConfig:
+    backend = s.str("backend", "hf", BACKENDS)
+    api = None
+    if backend == "api":
+        a = s.section("api")
+        api = APIConfig(base_url=a.str("base_url"), model=a.str("model"),
+                        concurrency=a.int("concurrency", 4, minimum=1), max_retries=a.int("max_retries", 5, minimum=0))
+        a.done()
+    elif "api" in s.data:
+        raise s.fail("api", "is only used with backend: api")
     cfg = ModelConfig(
         name=s.str("name"),
         source=s.str("source"),
         dtype=s.str("dtype", "float32", DTYPES),
         device=s.str("device", "cpu"),
         prompt_format=s.str("prompt_format", "chat", PROMPT_FORMATS),
+        backend=backend,
+        api=api,
     )
     if not (cfg.device == "cpu" or cfg.device == "cuda" or cfg.device.startswith("cuda:")):
         raise s.fail("device", f"must be cpu, cuda or cuda:N; got {cfg.device!r}")
@@ -324,6 +349,18 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
     return methods
 
 
+def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], source: str) -> None:
+    """A method that needs white-box outputs cannot run on an API model: say so before any work."""
+    from .lm.capabilities import BACKEND_CAPABILITIES, missing
+    from .methods import method_class
+
+    for cfg in methods.values():
+        lacking = missing(BACKEND_CAPABILITIES[model.backend], method_class(cfg.type).needs)
+        if lacking:
+            raise ConfigError(f"{source}: methods.{cfg.name}: method type {cfg.type!r} needs {', '.join(lacking)}, "
+                              f"which model.backend {model.backend!r} cannot provide")
+
+
 def parse_params(data: Any, source: str = "params.yaml") -> Params:
     top = Section(data, "", source)
     model = _model(top.section("model"))
@@ -342,9 +379,15 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         decoding=generation_s.str("decoding", "greedy", ("greedy",)),
         max_new_tokens=generation_s.int("max_new_tokens", 100, minimum=1),
         threads=generation_s.int("threads", 1, minimum=1),
+        batch_size=generation_s.int("batch_size", 8, minimum=1),
+        cache=generation_s.raw("cache", None),
+        processes=generation_s.int("processes", 1, minimum=1),
     )
+    if generation.cache is not None and not (isinstance(generation.cache, str) and generation.cache):
+        raise generation_s.fail("cache", f"expected a file path or null, got {_show(generation.cache)}")
     generation_s.done()
     methods = _methods(top.section("methods"))
+    _check_capabilities(model, methods, source)
     experiment = top.section("experiment")
     exp_datasets, exp_methods = experiment.str_list("datasets"), experiment.str_list("methods")
     for name in exp_datasets:

@@ -1,11 +1,22 @@
 """One generation job: a dataset split x a method -> predictions.jsonl, trace.jsonl, provenance.json.
 
-predictions.jsonl holds only what is deterministic for a given params.yaml (so reruns compare
-byte-for-byte); wall times and other machine-dependent facts go to trace.jsonl and provenance.json.
+Why it is built this way:
+- Questions are cut into fixed batches by position (batch i = questions [i*B, (i+1)*B)). A resumed
+  run and every Accelerate process compute exactly the batches an uninterrupted single-process run
+  computes, so their results are identical, not merely close.
+- Each finished batch is appended (flushed and fsynced) to a per-process progress log under
+  `<out>/.progress/`; a killed job loses at most the batch in flight and a rerun skips what is done.
+- The three declared outputs are written only when every batch is done, atomically, predictions
+  last: Snakemake and DVC never see a half-written run as complete.
+- predictions.jsonl holds only what is deterministic for a given params.yaml (reruns compare
+  byte-for-byte); wall times and machine facts go to trace.jsonl and provenance.json.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -14,66 +25,170 @@ from tqdm import tqdm
 from . import provenance
 from .config import Params, as_dict
 from .data.datasets import Example
+from .errors import InputError
 from .evaluation.answer import extract_answer
-from .io import read_jsonl, write_json, write_jsonl
-from .lm.models import model_identity
+from .io import dumps_line, read_jsonl, write_json, write_jsonl
 from .methods import method_class
 from .methods.base import Context
 from .prompts.fewshot import load_exemplars
 
+PROGRESS = ".progress"
 
-def run_generation(params: Params, dataset: str, method: str, split: Path, model_dir: Path,
-                   index_dir: Path | None, out_dir: Path) -> dict:
+
+def process_rank() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as set by `accelerate launch` (or torchrun); (0, 1, 0) otherwise."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def build_model(params: Params, model_dir: Path | None, local_rank: int = 0):
+    """The configured backend, wrapped in the shared call cache when one is configured."""
+    if params.model.backend == "api":
+        from .lm.api import APIModel
+
+        api = params.model.api
+        lm = APIModel(api.base_url, api.model, concurrency=api.concurrency, max_retries=api.max_retries)
+    else:
+        from .lm.hf import HFModel
+
+        device = params.model.device
+        if device == "cuda":
+            device = f"cuda:{local_rank}"
+        lm = HFModel(model_dir, params.model.dtype, device, params.generation.threads, params.seed,
+                     params.generation.batch_size)
+    if params.generation.cache:
+        from .lm.cache import CachedModel, CallCache
+
+        lm = CachedModel(lm, CallCache(params.generation.cache))
+    return lm
+
+
+def build_retriever(params: Params, index_dir: Path):
+    if params.retrieval.type == "dense":
+        from .retrieval.dense import DenseRetriever
+
+        return DenseRetriever(index_dir)
+    from .retrieval.bm25 import BM25Retriever
+
+    return BM25Retriever(index_dir, params.retrieval.k1, params.retrieval.b)
+
+
+def _read_progress(progress_dir: Path) -> dict[int, list[dict]]:
+    """Finished batches from every process's log; a line cut short by a kill is dropped (and trimmed)."""
+    done: dict[int, list[dict]] = {}
+    for path in sorted(progress_dir.glob("rank*.jsonl")):
+        good = 0
+        with open(path, "rb") as handle:
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    break
+                done[entry["batch"]] = entry["records"]
+                good += len(line)
+        if good != path.stat().st_size:
+            with open(path, "r+b") as handle:
+                handle.truncate(good)
+    return done
+
+
+def run_generation(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
+                   index_dir: Path | None, out_dir: Path, progress_bar: bool = True) -> dict | None:
     started, start = provenance.now(), time.perf_counter()
+    rank, world, local_rank = process_rank()
     ds, mcfg = params.dataset(dataset), params.method(method)
     cls = method_class(mcfg.type)
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     exemplars = load_exemplars(ds.exemplars, ds.num_exemplars)
+    size = params.generation.batch_size
+    batches = [examples[i:i + size] for i in range(0, len(examples), size)]
+
+    progress_dir = out_dir / PROGRESS
+    progress_dir.mkdir(parents=True, exist_ok=True)
+    done = _read_progress(progress_dir)
+    mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
 
     retriever = None
     if cls.needs_retriever:
         if index_dir is None:
-            raise ValueError(f"method {method!r} retrieves but no index was given")
-        from .retrieval.bm25 import BM25Retriever
+            raise InputError(f"method {method!r} retrieves but no index was given (--index)")
+        retriever = build_retriever(params, index_dir)
+    lm = build_model(params, model_dir, local_rank) if mine else None
+    if lm is not None:
+        from .lm.base import require
 
-        retriever = BM25Retriever(index_dir, params.retrieval.k1, params.retrieval.b)
-    from .lm.hf import HFModel
-
-    lm = HFModel(model_dir, params.model.dtype, params.model.device, params.generation.threads, params.seed)
+        require(lm.capabilities, cls.needs, f"method {method!r}", params.model.backend)
     runner = cls(mcfg.settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
-                                         max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever))
+                                         max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
+                                         retriever=retriever))
 
-    predictions, traces = [], []
-    for example in tqdm(examples, desc=f"{dataset}/{method}", unit=" q"):
-        result = runner.answer(example)
-        prediction, found = extract_answer(result.output)
-        predictions.append({
-            "id": example.id, "question": example.question, "answers": example.answers,
-            "answer_type": example.answer_type,
-            "prediction": prediction, "answer_found": found, "output": result.output,
-            "retrievals": result.retrievals, "retrieved_ids": [p["id"] for p in result.passages],
-        })
-        traces.append({
-            "id": example.id, "prompt": result.prompt, "passages": result.passages, "output": result.output,
-            "counters": {"retrievals": result.retrievals, "llm_calls": result.llm_calls,
-                         "prompt_tokens": result.prompt_tokens, "generated_tokens": result.generated_tokens,
-                         "wall_time_s": round(result.wall_time_s, 3)},
-        })
+    bar = tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
+               unit=" q", disable=not progress_bar or rank != 0)
+    with open(progress_dir / f"rank{rank}.jsonl", "a", encoding="utf-8") as log:
+        for b in mine:
+            answers = runner.answer_batch(batches[b])
+            records = [_record(example, answer) for example, answer in zip(batches[b], answers)]
+            log.write(dumps_line({"batch": b, "records": records}))
+            log.flush()
+            os.fsync(log.fileno())
+            bar.update(len(records))
+    bar.close()
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(out_dir / "trace.jsonl", traces)
+    if world > 1:
+        from accelerate import PartialState
+
+        PartialState().wait_for_everyone()
+        if rank != 0:
+            return None
+    done = _read_progress(progress_dir)
+    missing = [b for b in range(len(batches)) if b not in done]
+    if missing:
+        raise RuntimeError(f"{out_dir}: batches {missing[:5]} were not produced by any process")
+    records = [r for b in range(len(batches)) for r in done[b]]
+
+    stats = lm.cache.stats() if lm is not None and hasattr(lm, "cache") else None
     record = {
         "dataset": dataset, "method": method, "method_type": mcfg.type, "questions": len(examples),
         "started": started, "finished": provenance.now(), "wall_time_s": round(time.perf_counter() - start, 2),
+        "resumed_batches": len(batches) - len(mine) if world == 1 else None, "processes": world,
         "git": provenance.git_state(), "versions": provenance.package_versions(), "host": provenance.host(),
         "seeds": {"global": params.seed, "sample": ds.sample.seed},
         "params": {"model": as_dict(params.model), "generation": as_dict(params.generation),
                    "dataset": as_dict(ds), "method": as_dict(mcfg), "retrieval": as_dict(params.retrieval)},
-        "model": {"dir": str(model_dir), **model_identity(model_dir)},
+        "model": lm.identity() if lm is not None else _model_identity(params, model_dir),
         "index": retriever.identity() if retriever else None,
-        "torch_threads": lm.torch.get_num_threads(),
+        "call_cache": stats,
     }
+    write_jsonl(out_dir / "trace.jsonl", (r["trace"] for r in records))
     write_json(out_dir / "provenance.json", record)
     # Written last: Snakemake and DVC treat a run as finished only when all three outputs exist.
-    write_jsonl(out_dir / "predictions.jsonl", predictions)
+    write_jsonl(out_dir / "predictions.jsonl", (r["prediction"] for r in records))
+    shutil.rmtree(progress_dir, ignore_errors=True)
     return record
+
+
+def _model_identity(params: Params, model_dir: Path | None) -> dict | None:
+    """Identity without loading the model (a resumed run that had nothing left to generate)."""
+    if params.model.backend == "hf" and model_dir is not None:
+        from .lm.models import model_identity
+
+        return {"backend": "hf", "model": model_dir.name, **model_identity(model_dir)}
+    return {"backend": params.model.backend, "model": params.model.api.model if params.model.api else None}
+
+
+def _record(example: Example, answer) -> dict:
+    prediction, found = extract_answer(answer.output)
+    return {
+        "prediction": {
+            "id": example.id, "question": example.question, "answers": example.answers,
+            "answer_type": example.answer_type, "prediction": prediction, "answer_found": found,
+            "output": answer.output, "retrievals": answer.retrievals,
+            "retrieved_ids": [p["id"] for p in answer.passages],
+        },
+        "trace": {
+            "id": example.id, "prompt": answer.prompt, "passages": answer.passages, "output": answer.output,
+            "counters": {"retrievals": answer.retrievals, "llm_calls": answer.llm_calls,
+                         "prompt_tokens": answer.prompt_tokens, "generated_tokens": answer.generated_tokens,
+                         "wall_time_s": round(answer.wall_time_s, 3)},
+        },
+    }

@@ -12,6 +12,8 @@ CLI = f"{shlex.quote(sys.executable)} -m adaptive_rag --params params.yaml"
 MODEL_DIR = f"data/models/{P.model.name}"
 COLLECTION_DIR = f"data/corpus/{P.corpus.name}"
 INDEX_DIR = f"data/index/{P.corpus.name}/bm25"
+DENSE_DIR = f"data/index/{P.corpus.name}/dense"
+SEARCH_INDEX = DENSE_DIR if P.retrieval.type == "dense" else INDEX_DIR  # what retrieving methods search
 SPLIT = "data/splits/{dataset}.jsonl"
 RUN_DIR = "data/runs/{dataset}/{method}"
 SCORE = "data/scores/{dataset}/{method}.json"

@@ -10,3 +10,19 @@ rule index:
         f"logs/benchmarks/index-{P.corpus.name}.tsv"
     shell:
         "{CLI} index --collection {input} --out {output} --threads {threads} --log {log} >> {log} 2>&1"
+
+
+rule dense_index:
+    input:
+        COLLECTION_DIR,
+    output:
+        directory(DENSE_DIR),
+    params:
+        settings=settings_key(P.retrieval.dense),
+    threads: P.retrieval.threads
+    log:
+        f"logs/index/{P.corpus.name}-dense.log",
+    benchmark:
+        f"logs/benchmarks/dense-index-{P.corpus.name}.tsv"
+    shell:
+        "{CLI} dense-index --collection {input} --out {output} --threads {threads} > {log} 2>&1"

@@ -1,68 +1,365 @@
-"""White-box generation with transformers.
+"""White-box backend (transformers): batched greedy steps with token log-probabilities, entropies,
+attentions and hidden states taken from the generation pass itself; seeded sampling; forced-token
+scoring; Integrated-Gradients attribution.
 
-Greedy decoding is the only decoding this step offers, declared in params (`generation.decoding`),
-so a run's text depends only on params.yaml, the weights and the dtype.
+Why it is built this way:
+- The few-shot part of a prompt is the same for every question of a dataset, so it is encoded once
+  and its KV cache reused (`Prompt.shared` marks it). The split point depends only on the prompt,
+  never on which other prompts share its batch, so a prompt's numbers do not depend on the batch.
+- Questions advance in lockstep: one forward per step for the whole batch, suffixes left-padded
+  between the shared prefix and the question (masked, with explicit positions), finished rows pruned.
+- Eager attention always: `output_attentions` needs it, and one attention kernel for every method
+  keeps the numbers of a method that asks for attentions equal to those of one that does not.
+- Per-token extras are collected only on decode steps (one query row each); the prefill would need
+  a full [layers x heads x n x n] tensor that nobody uses.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
 from pathlib import Path
+from typing import Sequence
+
+import numpy as np
 
 from ..errors import InputError
+from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, Prompt, SamplingParams, cut_at_stop)
 
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-@dataclass(frozen=True)
-class Generation:
-    text: str
-    prompt_tokens: int
-    new_tokens: int
+TORCH_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class HFModel:
+    capabilities = WHITE_BOX
+
     def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "cpu", threads: int = 1,
-                 seed: int = 0):
+                 seed: int = 0, batch_size: int = 8):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise InputError(f"{model_dir}: not a model directory (run the model step first)")
+        if dtype not in TORCH_DTYPES:
+            raise InputError(f"dtype must be one of {', '.join(TORCH_DTYPES)}; got {dtype!r}")
         if device == "cpu":
             torch.set_num_threads(threads)
         torch.manual_seed(seed)
-        self.torch = torch
-        self.device = device
+        self.torch, self.device, self.dtype, self.batch_size = torch, device, dtype, batch_size
+        self.model_dir = model_dir
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, DTYPES[dtype]))
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
+                                                          attn_implementation="eager")
         self.model.to(device).eval()
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.tokenizer.eos_token_id
+        self.eos_ids = self._eos_ids()
+        self._prefix_ids: tuple[int, ...] | None = None
+        self._prefix_cache = None
+        self.forward_tokens = 0  # tokens actually run through the model (reported by benchmarks)
+
+    # ---- identity and prompts -------------------------------------------------------------------
+
+    def identity(self) -> dict:
+        from .models import IDENTITY
+
+        path = self.model_dir / IDENTITY
+        weights = None
+        if path.is_file():
+            import json
+
+            weights = json.loads(path.read_text()).get("weights_sha256")
+        # Device type and batch size are part of a result's identity: CPU and CUDA kernels, and padding
+        # in a different batch shape, can differ in the last bits, so a shared cache must not mix them.
+        return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,
+                "attention": "eager", "device": self.device.split(":")[0], "batch_size": self.batch_size}
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def render_chat(self, messages: list[dict]) -> str:
+    def render_chat(self, messages: Sequence[dict] | Sequence[tuple[str, str]], generation_prompt: bool = True) -> str:
         if not self.has_chat_template:
             raise InputError("model.prompt_format is 'chat' but this model's tokenizer has no chat template; "
                              "set model.prompt_format: raw")
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        messages = [m if isinstance(m, dict) else {"role": m[0], "content": m[1]} for m in messages]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
 
-    def generate(self, prompt: str, max_new_tokens: int, stop: tuple[str, ...] = ()) -> Generation:
-        # Chat renderings already start with the template's own special tokens.
-        encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(self.device)
-        with self.torch.inference_mode():
-            output = self.model.generate(
-                **encoded, do_sample=False, max_new_tokens=max_new_tokens, stop_strings=list(stop) or None,
-                tokenizer=self.tokenizer, pad_token_id=self.tokenizer.pad_token_id,
-                temperature=None, top_p=None, top_k=None,
-            )
-        new_ids = output[0, encoded["input_ids"].shape[1]:]
-        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
-        for marker in stop:
-            text = text.split(marker, 1)[0]
-        return Generation(text=text.strip(), prompt_tokens=int(encoded["input_ids"].shape[1]),
-                          new_tokens=int(new_ids.shape[0]))
+    def encode(self, prompt: Prompt) -> tuple[list[int], int]:
+        """Token ids of the rendered prompt, and how many leading ids are the shared (cacheable) part."""
+        if prompt.messages is not None:
+            text = self.render_chat(prompt.messages) + prompt.prefix
+            shared_text = self.render_chat(prompt.messages[:prompt.shared], generation_prompt=False) \
+                if prompt.shared else ""
+            special = False  # the template writes its own special tokens
+        else:
+            text = prompt.text + prompt.prefix
+            shared_text = prompt.text[:prompt.shared]
+            special = True
+        encoded = self.tokenizer(text, add_special_tokens=special, return_offsets_mapping=True)
+        ids = list(encoded["input_ids"])
+        shared = 0
+        if shared_text and text.startswith(shared_text):
+            limit = len(shared_text)
+            for start, end in encoded["offset_mapping"]:
+                if end > limit:
+                    break
+                shared += 1
+        return ids, min(shared, len(ids) - 1)  # at least one token is run to get next-token logits
+
+    # ---- greedy generation ----------------------------------------------------------------------
+
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
+                 extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        out: list[Continuation] = []
+        for start in range(0, len(prompts), self.batch_size):
+            out.extend(self._run([self.encode(p) for p in prompts[start:start + self.batch_size]],
+                                 max_new_tokens, stop, extras, None))
+        return out
+
+    def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
+               stop: Sequence[str] = ()) -> list[Continuation]:
+        encoded = self.encode(prompt)
+        out: list[Continuation] = []
+        for start in range(0, params.n, self.batch_size):
+            rows = list(range(start, min(params.n, start + self.batch_size)))
+            out.extend(self._run([encoded] * len(rows), max_new_tokens, stop, NO_EXTRAS, (params, rows)))
+        return out
+
+    def _shared_cache(self, prefix: tuple[int, ...]):
+        """KV cache of the shared prefix, computed once per distinct prefix (the last one is kept)."""
+        if prefix != self._prefix_ids:
+            torch = self.torch
+            with torch.inference_mode():
+                ids = torch.tensor([prefix], device=self.device)
+                result = self.model(input_ids=ids, use_cache=True)
+            self.forward_tokens += len(prefix)
+            self._prefix_ids, self._prefix_cache = prefix, result.past_key_values
+        return self._prefix_cache
+
+    def _run(self, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
+             extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[Continuation]:
+        torch = self.torch
+        shared = min(s for _, s in encoded)
+        prefix = tuple(encoded[0][0][:shared])
+        if any(tuple(ids[:shared]) != prefix for ids, _ in encoded):
+            shared, prefix = 0, ()  # prompts of this batch do not share their cacheable part
+        batch = len(encoded)
+        suffixes = [ids[shared:] for ids, _ in encoded]
+        width = max(len(s) for s in suffixes)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, shared + width), dtype=torch.long)
+        mask[:, :shared] = 1
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        for row, suffix in enumerate(suffixes):
+            input_ids[row, width - len(suffix):] = torch.tensor(suffix)
+            mask[row, shared + width - len(suffix):] = 1
+            positions[row, width - len(suffix):] = torch.arange(shared, shared + len(suffix))
+        cache = None
+        if shared:
+            cache = copy.deepcopy(self._shared_cache(prefix))
+            cache.batch_repeat_interleave(batch)
+        generators = None
+        if sampling is not None:
+            params, rows = sampling
+            generators = [torch.Generator().manual_seed(params.seed + j) for j in rows]
+
+        want_rows = extras.attention_layer is not None or extras.hidden_layer is not None
+        states = [_RowState(len(ids)) for ids, _ in encoded]
+        active = list(range(batch))
+        with torch.inference_mode():
+            out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                             position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
+            self.forward_tokens += int(sum(len(s) for s in suffixes))
+            step = 0
+            while active:
+                logits = out.logits[:, -1, :].float()
+                logprobs = torch.log_softmax(logits, dim=-1)
+                if generators is None:
+                    chosen = logprobs.argmax(dim=-1)
+                else:
+                    chosen = _sample_rows(logits, [generators[r] for r in active], sampling[0])
+                entropy = -(logprobs.exp() * logprobs).sum(-1) if extras.entropy else None
+                keep, next_ids = [], []
+                for i, row in enumerate(active):
+                    token = int(chosen[i])
+                    state = states[row]
+                    if token in self.eos_ids:
+                        state.finish = "eos"
+                        continue
+                    state.ids.append(token)
+                    state.logprobs.append(float(logprobs[i, token]))
+                    if entropy is not None:
+                        state.entropies.append(float(entropy[i]))
+                    text = self.tokenizer.decode(state.ids, skip_special_tokens=True)
+                    if cut_at_stop(text, stop)[1]:
+                        state.finish = "stop"
+                    elif len(state.ids) >= max_new_tokens:
+                        state.finish = "length"
+                    if state.finish is None or want_rows:
+                        keep.append(i)
+                        next_ids.append(token)
+                step += 1
+                if not keep:
+                    break
+                # Feed the chosen tokens: gives the next logits, and each token's own attention row /
+                # hidden state (rows that just finished are fed once more only for those).
+                index = torch.tensor(keep, dtype=torch.long, device=self.device)
+                out.past_key_values.batch_select_indices(index)
+                mask = torch.cat([mask[keep], torch.ones((len(keep), 1), dtype=torch.long)], dim=1)
+                positions = torch.tensor([[states[active[i]].prompt_len + len(states[active[i]].ids) - 1]
+                                          for i in keep])
+                out = self.model(input_ids=torch.tensor([[t] for t in next_ids], device=self.device),
+                                 attention_mask=mask.to(self.device), position_ids=positions.to(self.device),
+                                 past_key_values=out.past_key_values, use_cache=True,
+                                 output_attentions=extras.attention_layer is not None,
+                                 output_hidden_states=extras.hidden_layer is not None)
+                self.forward_tokens += len(keep)
+                for j, i in enumerate(keep):
+                    state = states[active[i]]
+                    if extras.attention_layer is not None:
+                        row = out.attentions[extras.attention_layer][j, :, -1, :].float().mean(0)
+                        state.attentions.append(row[mask[j].bool()].cpu().numpy())
+                    if extras.hidden_layer is not None:
+                        state.hidden.append(out.hidden_states[extras.hidden_layer][j, -1].float().cpu().numpy())
+                still = [i for i in keep if states[active[i]].finish is None]
+                if still and len(still) != len(keep):
+                    rows = [keep.index(i) for i in still]
+                    out.past_key_values.batch_select_indices(torch.tensor(rows, dtype=torch.long, device=self.device))
+                    out.logits = out.logits[rows]
+                    mask = mask[rows]
+                active = [active[i] for i in still]
+        return [state.result(self, stop, extras) for state in states]
+
+    # ---- scoring and attribution ----------------------------------------------------------------
+
+    def score(self, prompt: Prompt, continuation: str) -> list[float]:
+        """Log-probabilities of the continuation's tokens after the prompt (one forward pass)."""
+        ids, start = self._with_continuation(prompt, continuation)
+        torch = self.torch
+        with torch.inference_mode():
+            logits = self.model(input_ids=torch.tensor([ids], device=self.device)).logits[0].float()
+        self.forward_tokens += len(ids)
+        logprobs = torch.log_softmax(logits[:-1], dim=-1)
+        return [float(logprobs[i - 1, ids[i]]) for i in range(start, len(ids))]
+
+    def attribution(self, prompt: Prompt, continuation: str, steps: int = 16) -> list[float]:
+        """Integrated Gradients of the continuation's log-likelihood w.r.t. each prompt token's embedding.
+
+        The path runs from a zero embedding to the real one in `steps` Riemann steps; a token's
+        attribution is the dot product of (embedding - baseline) with the path-averaged gradient.
+        """
+        ids, start = self._with_continuation(prompt, continuation)
+        torch = self.torch
+        input_ids = torch.tensor([ids], device=self.device)
+        embeds = self.model.get_input_embeddings()(input_ids).detach()
+        total = torch.zeros_like(embeds)
+        target = input_ids[0, start:]
+        for k in range(1, steps + 1):
+            scaled = (embeds * (k / steps)).requires_grad_(True)
+            logits = self.model(inputs_embeds=scaled).logits[0, start - 1:-1].float()
+            loglik = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).sum()
+            (grad,) = torch.autograd.grad(loglik, scaled)
+            total += grad
+        self.forward_tokens += steps * len(ids)
+        scores = (embeds * total / steps).sum(-1)[0, :start]
+        return [float(s) for s in scores]
+
+    def _with_continuation(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
+        ids, _ = self.encode(prompt.with_prefix(prompt.prefix + continuation))
+        prompt_ids, _ = self.encode(prompt)
+        start = len(prompt_ids)
+        if ids[:start] != prompt_ids or start >= len(ids):
+            # The boundary token merged with the continuation's first characters: score from the first
+            # token that differs, which is what a model reading this text actually predicts.
+            start = next((i for i, (a, b) in enumerate(zip(ids, prompt_ids)) if a != b), len(prompt_ids))
+            if start >= len(ids):
+                raise InputError("the continuation adds no tokens to the prompt")
+        return ids, max(start, 1)
+
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        for value in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(v for v in value if isinstance(v, int))
+        return ids
+
+    # ---- the single-call convenience used by simple methods -------------------------------------
+
+    def token_texts(self, ids: list[int]) -> list[str]:
+        """Each token's contribution to the decoded text; they always join to exactly `decode(ids)`.
+
+        Decoding growing prefixes handles SentencePiece's leading spaces; a token holding only part of
+        a multi-byte character decodes to U+FFFD until the character completes, so earlier texts are
+        trimmed back to the common prefix and the completing token gets the character.
+        """
+        texts: list[str] = []
+        joined = ""
+        for n in range(1, len(ids) + 1):
+            current = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
+            common = 0
+            while common < min(len(joined), len(current)) and joined[common] == current[common]:
+                common += 1
+            excess = len(joined) - common
+            for back in range(len(texts) - 1, -1, -1):
+                if excess <= 0:
+                    break
+                cut = min(excess, len(texts[back]))
+                texts[back] = texts[back][:len(texts[back]) - cut]
+                excess -= cut
+            texts.append(current[common:])
+            joined = current
+        return texts
+
+
+class _RowState:
+    """What one prompt's generation has produced so far."""
+
+    def __init__(self, prompt_len: int):
+        self.prompt_len = prompt_len
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.entropies: list[float] = []
+        self.attentions: list[np.ndarray] = []
+        self.hidden: list[np.ndarray] = []
+        self.finish: str | None = None
+
+    def result(self, model: HFModel, stop: Sequence[str], extras: Extras) -> Continuation:
+        texts = model.token_texts(self.ids)
+        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)
+        # Keep every token that contributes a character to `text` (the last may run into the stop string).
+        keep, length = 0, 0
+        while keep < len(texts) and length < len(text):
+            length += len(texts[keep])
+            keep += 1
+        if not text:
+            keep = 0 if self.finish == "stop" else len(texts)
+        return Continuation(
+            text=text, tokens=texts[:keep], logprobs=self.logprobs[:keep], finish_reason=self.finish or "length",
+            prompt_tokens=self.prompt_len, token_ids=self.ids[:keep],
+            entropies=self.entropies[:keep] if extras.entropy else None,
+            attentions=self.attentions[:keep] if extras.attention_layer is not None else None,
+            hidden=np.stack(self.hidden[:keep]) if extras.hidden_layer is not None and keep else
+            (np.zeros((0, 0), dtype=np.float32) if extras.hidden_layer is not None else None),
+        )
+
+
+def _sample_rows(logits, generators, params: SamplingParams):
+    """One token per row from the temperature/top-k/top-p filtered distribution, each row with its own
+    generator, so continuation j depends only on its seed (seed + j), not on its batch neighbours."""
+    torch = __import__("torch")
+    scaled = logits / max(params.temperature, 1e-6)
+    if params.top_k:
+        kth = torch.topk(scaled, min(params.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p is not None and params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    probs = probs / probs.sum(-1, keepdim=True)
+    cumulative = probs.cumsum(-1)
+    draws = torch.stack([torch.rand((), generator=g) for g in generators]).to(cumulative.device)
+    return torch.searchsorted(cumulative, draws[:, None]).squeeze(-1).clamp(max=probs.shape[-1] - 1)

@@ -16,9 +16,11 @@ class SingleRoundRetrieval(Method):
     def read_settings(cls, section):
         return {"top_k": section.int("top_k", 3, minimum=1)}
 
-    def answer(self, example) -> Answer:
+    def answer_batch(self, examples) -> list[Answer]:
         start = time.perf_counter()
-        passages = self.ctx.retriever.search(example.question, self.settings["top_k"])
-        result = self.generate_answer(example.question, passages, retrievals=1)
-        result.wall_time_s = time.perf_counter() - start
-        return result
+        hits = [self.ctx.retriever.search(e.question, self.settings["top_k"]) for e in examples]
+        retrieval_share = (time.perf_counter() - start) / max(1, len(examples))
+        answers = self.generate_answers([e.question for e in examples], hits, retrievals=1)
+        for answer in answers:
+            answer.wall_time_s += retrieval_share
+        return answers

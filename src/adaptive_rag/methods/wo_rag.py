@@ -8,5 +8,5 @@ from .base import Answer, Method
 
 @register("wo-rag")
 class WithoutRetrieval(Method):
-    def answer(self, example) -> Answer:
-        return self.generate_answer(example.question)
+    def answer_batch(self, examples) -> list[Answer]:
+        return self.generate_answers([e.question for e in examples], [()] * len(examples))

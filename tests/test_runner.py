@@ -1,0 +1,72 @@
+"""Generation jobs: resumable after a kill, and split across Accelerate processes, with equal results."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import copy_workflow
+from test_workflow import edit_params, run
+
+
+@pytest.fixture(scope="module")
+def job(tiny_model_dir, tmp_path_factory):
+    """A workflow copy with a split of 12 demo questions and the tiny model; returns a command builder."""
+    root = copy_workflow(tmp_path_factory.mktemp("runner"))
+
+    def edit(data):
+        data["model"].update(name="tiny", source=str(tiny_model_dir))
+        data["generation"].update(max_new_tokens=24, threads=1, batch_size=2)
+        data["datasets"]["demo"]["sample"]["size"] = 12
+
+    edit_params(root, edit)
+    run([sys.executable, "-m", "adaptive_rag", "split", "--dataset", "demo", "--out", "data/splits/demo.jsonl"], root)
+
+    def command(out_dir, launcher=(sys.executable, "-m", "adaptive_rag")):
+        return [*launcher, "generate", "--dataset", "demo", "--method", "wo-rag", "--split",
+                "data/splits/demo.jsonl", "--model-dir", str(tiny_model_dir), "--out-dir", str(out_dir)]
+
+    return root, command
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(job):
+    root, command = job
+    run(command(root / "straight"), root)
+    expected = (root / "straight/predictions.jsonl").read_bytes()
+    assert len(expected.splitlines()) == 12
+
+    proc = subprocess.Popen(command(root / "killed"), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    progress = root / "killed/.progress/rank0.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not progress.exists() or len(progress.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = len(progress.read_bytes().splitlines())
+    assert 2 <= finished < 6, "the job was not killed mid-way"
+    assert not (root / "killed/predictions.jsonl").exists()
+    with open(progress, "ab") as handle:  # a kill can also cut a line short
+        handle.write(b'{"batch": 5, "recor')
+
+    result = run(command(root / "killed"), root)
+    assert (root / "killed/predictions.jsonl").read_bytes() == expected
+    assert not (root / "killed/.progress").exists()
+    assert f'"resumed_batches": {finished}' in (root / "killed/provenance.json").read_text()
+    assert "12 questions" in result.stdout
+
+
+def test_two_accelerate_processes_equal_one(job):
+    root, command = job
+    if not (root / "straight/predictions.jsonl").exists():
+        run(command(root / "straight"), root)
+    launcher = (sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "-m", "adaptive_rag")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command(root / "two", launcher), cwd=root, capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (root / "two/predictions.jsonl").read_bytes() == (root / "straight/predictions.jsonl").read_bytes()
+    assert '"processes": 2' in (root / "two/provenance.json").read_text()
