@@ -202,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
     for flag in ("--dataset", "--method", "--run-dir", "--out"):
         p.add_argument(flag, required=True)
+    # `serve` has its own parser (adaptive_rag.lm.serve); listed here so --help shows it.
+    sub.add_parser("serve", help="serve a white-box model as an OpenAI-compatible API returning tokens and "
+                                 "logprobs (see `adaptive-rag serve --help`)", add_help=False)
     p = step("report", cmd_report, "tables (markdown, CSV) and a figure from score files")
     p.add_argument("--scores", nargs="+", required=True)
     for flag in ("--table-md", "--table-csv", "--figure"):
@@ -210,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:
+        from .lm.serve import main as serve_main
+
+        return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     # Warnings (e.g. dropped unanswerable questions, unpinned checksums) go to stderr, i.e. the step's log.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

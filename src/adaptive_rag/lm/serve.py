@@ -1,0 +1,568 @@
+"""Serve any `LanguageModel` as an OpenAI-compatible HTTP API that returns only tokens and log-probabilities.
+
+This is how a black-box model is simulated (as the SCAAR paper did): a white-box `HFModel` behind
+the API, so a method run through `APIModel` sees exactly what a hosted model would give it - text,
+each token's text and log-probability, a finish reason, token counts - and nothing else.
+
+    python -m adaptive_rag.lm.serve --model-dir data/models/smollm2 --port 8000
+
+prints `serving <name> on http://127.0.0.1:8000/v1` once it accepts requests, and stops cleanly on
+SIGTERM or SIGINT. Endpoints (OpenAI response shapes, JSON in and out):
+
+- `GET /v1/models`, `GET /v1/models/<name>`: the served model; its extra field `identity` is the
+  model's own `identity()` (weights hash, dtype, ...), which `APIModel.identity()` passes on to the
+  call cache.
+- `POST /v1/completions`: `prompt` (string or list of strings), `max_tokens` (default 16),
+  `temperature` (0: greedy through `generate`; > 0: seeded sampling through `sample` with `n`, `seed`,
+  `top_p` and the extra field `top_k`), `stop`, `logprobs` (an int; the legacy object
+  `{tokens, token_logprobs, top_logprobs: null, text_offset}` - only the chosen token's log-probability
+  is given, whatever the int), `echo` (prompt tokens and their log-probabilities first; with
+  `max_tokens: 0` this scores a text, through `LanguageModel.score`), `n`.
+- `POST /v1/chat/completions`: `messages`, the same decoding fields (`max_tokens` or
+  `max_completion_tokens`, default 256), `logprobs: true` (`choices[i].logprobs.content`, with
+  `top_logprobs: []`), and the vLLM extension `continue_final_message: true`: a final assistant
+  message is answer text already written, continued rather than answered. With it, `echo: true`
+  (extension) also returns that message's tokens and log-probabilities first, each with an extra
+  `text_offset` into the message (negative for a token that starts before it); this is how
+  `APIModel.score` scores chat prompts.
+
+`finish_reason` is "stop" for a stop string and for the end-of-sequence token, as OpenAI does;
+the vLLM field `stop_reason` tells them apart (the stop string, or null at end of sequence).
+Requests are answered one at a time (a lock around the model), so a prompt's result never depends
+on what else the server is doing. Bad requests get a 400 with an OpenAI error body
+`{"error": {"message", "type", "param", "code"}}`; nothing raised in the server reaches the client
+as a traceback (an internal failure is a 500 marked `x-should-retry: false`, its traceback on stderr).
+Decoding defaults follow OpenAI: temperature 1; a sampling request without `seed` draws a random one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import secrets
+import signal
+import sys
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Sequence
+from urllib.parse import unquote
+
+from ..errors import AdaptiveRagError
+from .base import Continuation, LanguageModel, Prompt, SamplingParams
+
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
+DEFAULT_CHAT_TOKENS = 256
+MAX_N = 128
+MAX_BODY = 64 * 1024 * 1024
+FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+
+# Fields a request may carry only with their neutral value (anything else is refused, never ignored).
+NEUTRAL = {
+    "stream": (None, False),
+    "suffix": (None, ""),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "logit_bias": (None, {}),
+    "stream_options": (None,),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "response_format": (None, {"type": "text"}),
+    "parallel_tool_calls": (None, False),
+}
+IGNORED = {"user", "metadata", "store", "service_tier"}  # carry no meaning for generation
+DECODING = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop"}
+COMPLETION_FIELDS = DECODING | {"prompt", "logprobs", "echo", "best_of"}
+CHAT_FIELDS = DECODING | {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
+                          "continue_final_message", "add_generation_prompt", "echo"}
+
+
+class RequestError(Exception):
+    """An error the client caused (or may see): answered as an OpenAI error body."""
+
+    def __init__(self, message: str, status: int = 400, type_: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+# ---- request parsing ----------------------------------------------------------------------------
+
+
+def _number(body: dict, key: str, default, low: float | None = None, high: float | None = None,
+            integer: bool = False):
+    value = body.get(key)
+    if value is None:
+        return default
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise RequestError(f"'{key}' must be {'an integer' if integer else 'a number'}; got {value!r}", param=key)
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise RequestError(f"'{key}' must be {bounds}; got {value!r}", param=key)
+    return value
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"'{key}' must be true or false; got {value!r}", param=key)
+    return value
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(s for s in value if s)
+    raise RequestError(f"'stop' must be a string or a list of strings; got {value!r}", param="stop")
+
+
+def _check_fields(body: dict, allowed: set[str]) -> None:
+    for key, value in body.items():
+        if key in allowed or key in IGNORED:
+            continue
+        if key in NEUTRAL:
+            if value in NEUTRAL[key]:
+                continue
+            what = "streaming is not supported" if key == "stream" else f"'{key}' is not supported"
+            raise RequestError(f"{what} by this server (got {key}={value!r})", param=key,
+                               code="unsupported_parameter")
+        raise RequestError(f"unsupported parameter '{key}'", param=key, code="unsupported_parameter")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    max_tokens: int
+    temperature: float
+    top_p: float | None
+    top_k: int | None
+    n: int
+    seed: int | None
+    stop: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, body: dict, max_tokens: int) -> "Decoding":
+        top_k = _number(body, "top_k", None, low=-1, integer=True)
+        return cls(
+            max_tokens=max_tokens,
+            temperature=float(_number(body, "temperature", 1.0, low=0, high=2)),
+            top_p=_number(body, "top_p", None, low=0, high=1),
+            top_k=None if top_k in (None, -1, 0) else top_k,  # vLLM: -1 (and 0) switch top-k off
+            n=_number(body, "n", 1, low=1, high=MAX_N, integer=True),
+            seed=_number(body, "seed", None, integer=True),
+            stop=_stop(body),
+        )
+
+
+# ---- the service (HTTP-independent) ------------------------------------------------------------
+
+
+class Service:
+    """Answers OpenAI-style request bodies with a `LanguageModel`; one model call at a time."""
+
+    def __init__(self, model: LanguageModel, name: str):
+        self.model, self.name = model, name
+        self.lock = threading.Lock()
+        self.created = int(time.time())
+        self.identity = model.identity()
+        digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()
+        self.fingerprint = f"fp_{digest[:12]}"
+
+    # -- models
+
+    def model_card(self) -> dict:
+        return {"id": self.name, "object": "model", "created": self.created, "owned_by": "adaptive-rag",
+                "identity": self.identity}
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [self.model_card()]}
+
+    def _check_model(self, body: dict) -> None:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError("'model' is required (a string)", param="model")
+        if model != self.name:
+            raise RequestError(f"The model `{model}` does not exist (this server serves `{self.name}`)",
+                               status=404, param="model", code="model_not_found")
+
+    # -- /v1/completions
+
+    def completions(self, body: dict) -> dict:
+        _check_fields(body, COMPLETION_FIELDS)
+        self._check_model(body)
+        prompts = body.get("prompt")
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise RequestError("'prompt' is required: a string or a non-empty list of strings "
+                               "(token-id prompts are not supported)", param="prompt")
+        max_tokens = _number(body, "max_tokens", DEFAULT_COMPLETION_TOKENS, low=0, integer=True)
+        decoding = Decoding.parse(body, max_tokens)
+        logprobs = _number(body, "logprobs", None, low=0, high=20, integer=True)
+        echo = _flag(body, "echo")
+        best_of = body.get("best_of")
+        if best_of is not None and best_of != decoding.n:
+            raise RequestError("'best_of' other than n is not supported", param="best_of",
+                               code="unsupported_parameter")
+
+        requests = [Prompt(text=p) for p in prompts]
+        with self.lock:
+            echoes = [self._echo(Prompt(text=""), p) for p in prompts] if echo else None
+            results = self._decode(requests, decoding)
+        choices, prompt_tokens, completion_tokens = [], 0, 0
+        for i, (text, continuations) in enumerate(zip(prompts, results)):
+            prompt_tokens += _prompt_tokens(continuations, echoes[i] if echoes else None)
+            for c in continuations:
+                completion_tokens += len(c.tokens)
+                tokens, token_logprobs = list(c.tokens), list(c.logprobs)
+                offset = len(text)
+                offsets = []
+                for t in tokens:
+                    offsets.append(offset)
+                    offset += len(t)
+                out_text = c.text
+                if echoes:
+                    e_tokens, e_logprobs, e_offsets = echoes[i]
+                    tokens, token_logprobs, offsets = e_tokens + tokens, e_logprobs + token_logprobs, \
+                        e_offsets + offsets
+                    out_text = text + c.text
+                choices.append({
+                    "index": len(choices), "text": out_text, "finish_reason": FINISH.get(c.finish_reason, "stop"),
+                    "stop_reason": _stop_reason(c, decoding.stop),
+                    "logprobs": None if logprobs is None else {
+                        "tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": None,
+                        "text_offset": offsets},
+                })
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": self.name, "system_fingerprint": self.fingerprint, "choices": choices,
+                "usage": _usage(prompt_tokens, completion_tokens)}
+
+    # -- /v1/chat/completions
+
+    def chat(self, body: dict) -> dict:
+        _check_fields(body, CHAT_FIELDS)
+        self._check_model(body)
+        messages = _messages(body.get("messages"))
+        max_tokens = _number(body, "max_completion_tokens", None, low=0, integer=True)
+        if max_tokens is None:
+            max_tokens = _number(body, "max_tokens", DEFAULT_CHAT_TOKENS, low=0, integer=True)
+        decoding = Decoding.parse(body, max_tokens)
+        logprobs = _flag(body, "logprobs")
+        top = _number(body, "top_logprobs", 0, low=0, high=20, integer=True)
+        if top:
+            raise RequestError("'top_logprobs' is not supported (only the chosen token's log-probability is "
+                               "given); leave it unset or 0", param="top_logprobs", code="unsupported_parameter")
+        continue_final = _flag(body, "continue_final_message")
+        generation_prompt = body.get("add_generation_prompt")
+        if generation_prompt is not None and not isinstance(generation_prompt, bool):
+            raise RequestError("'add_generation_prompt' must be true or false", param="add_generation_prompt")
+        echo = _flag(body, "echo")
+        if continue_final:
+            if messages[-1][0] != "assistant":
+                raise RequestError("'continue_final_message' needs a final assistant message to continue",
+                                   param="messages")
+            if generation_prompt:
+                raise RequestError("'continue_final_message' and 'add_generation_prompt' cannot both be true",
+                                   param="add_generation_prompt")
+            prompt = Prompt(messages=tuple(messages[:-1]), prefix=messages[-1][1])
+        else:
+            if generation_prompt is False:
+                raise RequestError("'add_generation_prompt: false' is only supported with "
+                                   "'continue_final_message: true'", param="add_generation_prompt",
+                                   code="unsupported_parameter")
+            if echo:
+                raise RequestError("'echo' is only supported with 'continue_final_message: true'", param="echo",
+                                   code="unsupported_parameter")
+            prompt = Prompt(messages=tuple(messages))
+
+        with self.lock:
+            echoed = self._echo(Prompt(messages=prompt.messages), prompt.prefix, scored_only=True) if echo else None
+            (continuations,) = self._decode([prompt], decoding)
+        choices, completion_tokens = [], 0
+        for c in continuations:
+            completion_tokens += len(c.tokens)
+            content = [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")), "top_logprobs": []}
+                       for t, lp in zip(c.tokens, c.logprobs)]
+            text = c.text
+            if echoed:
+                e_tokens, e_logprobs, e_offsets = echoed
+                content = [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")), "top_logprobs": [],
+                            "text_offset": o} for t, lp, o in zip(e_tokens, e_logprobs, e_offsets)] + content
+                text = prompt.prefix + text
+            choices.append({
+                "index": len(choices), "message": {"role": "assistant", "content": text},
+                "finish_reason": FINISH.get(c.finish_reason, "stop"), "stop_reason": _stop_reason(c, decoding.stop),
+                "logprobs": {"content": content} if logprobs else None,
+            })
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.name, "system_fingerprint": self.fingerprint, "choices": choices,
+                "usage": _usage(_prompt_tokens(continuations, echoed), completion_tokens)}
+
+    # -- model calls (the caller holds the lock)
+
+    def _decode(self, prompts: list[Prompt], decoding: Decoding) -> list[list[Continuation]]:
+        """`decoding.n` continuations of every prompt."""
+        d = decoding
+        if d.max_tokens == 0:
+            return [[Continuation("", [], [], "length", prompt_tokens=self._count(p)) for _ in range(d.n)]
+                    for p in prompts]
+        if d.temperature == 0:
+            greedy = self.model.generate(prompts, d.max_tokens, d.stop)
+            return [[c] * d.n for c in greedy]
+        seed = d.seed if d.seed is not None else secrets.randbelow(2**31)
+        params = SamplingParams(n=d.n, seed=seed, temperature=d.temperature, top_k=d.top_k, top_p=d.top_p)
+        return [self.model.sample(p, params, d.max_tokens, d.stop) for p in prompts]
+
+    def _count(self, prompt: Prompt) -> int | None:
+        encode = getattr(self.model, "encode", None)
+        return len(encode(prompt)[0]) if encode else None
+
+    def _echo(self, prompt: Prompt, text: str, scored_only: bool = False):
+        """Tokens of `text` read after `prompt`, their log-probabilities (`LanguageModel.score`; None for a
+        token nothing predicts) and their character offsets into `text`.
+
+        `score` gives log-probabilities only; the token texts and offsets come from the model's own
+        tokenizer, so echo needs a model that exposes one (`HFModel` does).
+        """
+        encode, token_texts = getattr(self.model, "encode", None), getattr(self.model, "token_texts", None)
+        if encode is None or token_texts is None:
+            raise RequestError("'echo' (prompt log-probabilities) is not supported by this model",
+                               param="echo", code="unsupported_parameter")
+        if not text:
+            return [], [], []
+        ids = list(encode(prompt.with_prefix(prompt.prefix + text))[0])
+        texts = token_texts(ids)
+        scores = self.model.score(prompt, text) if len(ids) > 1 else []
+        if len(scores) > len(ids):
+            raise RuntimeError(f"score gave {len(scores)} values for {len(ids)} tokens")
+        logprobs = [None] * (len(ids) - len(scores)) + list(scores)
+        offsets = _offsets(self.model, prompt, text, ids, texts)
+        if scored_only:
+            keep = len(ids) - len(scores)
+            return texts[keep:], logprobs[keep:], offsets[keep:]
+        return texts, logprobs, offsets
+
+
+def _offsets(model, prompt: Prompt, text: str, ids: list[int], texts: list[str]) -> list[int]:
+    """Each token's character offset into `text` (negative: the token starts in the prompt).
+
+    From the tokenizer's offset mapping when it re-creates the model's token ids (exact even when a
+    character is split across byte tokens); otherwise from the token texts, counted back from the end.
+    """
+    tokenizer = getattr(model, "tokenizer", None)
+    try:
+        if prompt.messages is not None:
+            head = model.render_chat(prompt.messages) + prompt.prefix
+            special = False
+        else:
+            head, special = prompt.text + prompt.prefix, True
+        encoded = tokenizer(head + text, add_special_tokens=special, return_offsets_mapping=True)
+        if list(encoded["input_ids"]) == ids:
+            return [start - len(head) for start, _ in encoded["offset_mapping"]]
+    except Exception:  # noqa: BLE001 - any tokenizer without offsets falls back to counting
+        pass
+    offsets, end = [], len(text)
+    for t in reversed(texts):
+        end -= len(t)
+        offsets.append(end)
+    return offsets[::-1]
+
+
+def _messages(value) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise RequestError("'messages' is required: a non-empty list of {role, content}", param="messages")
+    out = []
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise RequestError(f"messages[{i}] must be an object with a string 'role'", param="messages")
+        extra = set(m) - {"role", "content", "name"}
+        if extra:
+            raise RequestError(f"messages[{i}]: unsupported field(s) {', '.join(sorted(extra))}", param="messages",
+                               code="unsupported_parameter")
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: text only
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise RequestError(f"messages[{i}].content: only text parts are supported", param="messages")
+            content = "".join(p["text"] for p in content)
+        if not isinstance(content, str):
+            raise RequestError(f"messages[{i}].content must be a string", param="messages")
+        out.append((m["role"], content))
+    return out
+
+
+def _stop_reason(c: Continuation, stop: Sequence[str]):
+    """vLLM's `stop_reason`: the stop string that ended the text, None at end of sequence or length."""
+    if c.finish_reason != "stop":
+        return None
+    generated = "".join(c.tokens)
+    found = [(generated.find(s), s) for s in stop if s in generated]
+    return min(found)[1] if found else (stop[0] if stop else None)
+
+
+def _prompt_tokens(continuations: list[Continuation], echoed) -> int:
+    counts = [c.prompt_tokens for c in continuations if c.prompt_tokens is not None]
+    if counts:
+        return counts[0]
+    return len(echoed[0]) if echoed else 0
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+# ---- HTTP -----------------------------------------------------------------------------------------
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "adaptive-rag"
+    service: Service  # set on the subclass made by make_server
+    log_requests = False
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        self._answer(self._get)
+
+    def do_POST(self):  # noqa: N802
+        self._answer(self._post)
+
+    def _get(self) -> dict:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/v1/models":
+            return self.service.models()
+        if path.startswith("/v1/models/"):
+            name = unquote(path[len("/v1/models/"):])
+            if name != self.service.name:
+                raise RequestError(f"The model `{name}` does not exist", status=404, code="model_not_found")
+            return self.service.model_card()
+        if path in ("/health", "/v1/health"):
+            return {"status": "ok"}
+        raise RequestError(f"no route GET {path}", status=404, code="not_found")
+
+    def _post(self) -> dict:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        routes = {"/v1/completions": self.service.completions, "/v1/chat/completions": self.service.chat}
+        if path not in routes:
+            self._read_body()  # keep the connection usable
+            raise RequestError(f"no route POST {path}", status=404, code="not_found")
+        return routes[path](self._read_body())
+
+    def _read_body(self) -> dict:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            raise RequestError("a JSON body with a Content-Length header is required")
+        if int(length) > MAX_BODY:
+            self.close_connection = True
+            raise RequestError("request body too large", status=413)
+        raw = self.rfile.read(int(length))
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RequestError(f"the body is not valid JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise RequestError("the body must be a JSON object")
+        return body
+
+    def _answer(self, route) -> None:
+        try:
+            status, body = 200, route()
+        except RequestError as e:
+            status, body = e.status, e.body()
+        except AdaptiveRagError as e:  # the model refused this input (no chat template, empty text, ...)
+            status, body = 400, RequestError(str(e)).body()
+        except Exception as e:  # noqa: BLE001 - never a traceback to the client; it goes to our stderr
+            traceback.print_exc(file=sys.stderr)
+            status = 500
+            body = RequestError(f"internal server error ({type(e).__name__})", status=500,
+                                type_="server_error").body()
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if status == 500:  # the model failed on this input: it would fail the same way on a retry
+                self.send_header("x-should-retry", "false")
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout); nothing to tell it
+            self.close_connection = True
+
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+        if self.log_requests:
+            super().log_message(format, *args)
+
+
+def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: int = 0,
+                log_requests: bool = False) -> ThreadingHTTPServer:
+    """An HTTP server (bound, not yet serving) answering for `model` under `name`; `port=0` picks a free port."""
+    handler = type("BoundHandler", (Handler,), {"service": Service(model, name), "log_requests": log_requests})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m adaptive_rag.lm.serve",
+                                     description="Serve a local model as an OpenAI-compatible API "
+                                                 "(tokens and log-probabilities only).")
+    parser.add_argument("--model-dir", required=True, help="a materialised Hugging Face model directory")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--served-name", default=None, help="the model name clients ask for "
+                                                            "(default: the model directory's name)")
+    parser.add_argument("--log-requests", action="store_true", help="log every request to stderr")
+    args = parser.parse_args(argv)
+
+    from .hf import HFModel
+
+    try:
+        model = HFModel(args.model_dir, dtype=args.dtype, device=args.device, threads=args.threads,
+                        batch_size=args.batch_size)
+    except AdaptiveRagError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    name = args.served_name or Path(args.model_dir).resolve().name
+    server = make_server(model, name, args.host, args.port, log_requests=args.log_requests)
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    # Both signals explicitly: a process started in the background may inherit SIGINT as ignored.
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    host, port = server.server_address[:2]
+    print(f"serving {name} on http://{host}:{port}/v1", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
