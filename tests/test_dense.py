@@ -140,6 +140,7 @@ def real_indexes(tmp_path_factory):
     return {"bm25": BM25Retriever(root / "bm25", k1=0.9, b=0.4), "dense": DenseRetriever(root / "dense")}
 
 
+@pytest.mark.slow  # encodes 8,112 passages with MiniLM: minutes on a small CPU
 def test_most_hotpotqa_questions_find_a_gold_paragraph_in_the_top5(shared_data, real_indexes):
     from adaptive_rag.data.datasets import load_hotpotqa
 
