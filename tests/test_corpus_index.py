@@ -55,6 +55,19 @@ def test_malformed_tsv_names_file_and_line(tmp_path, content, message):
     assert str(tsv) in str(err.value) and message in str(err.value)
 
 
+def test_gzipped_dump_is_streamed_and_expected_count_enforced(tmp_path):
+    import gzip
+
+    tsv = tmp_path / "psgs_w100.tsv.gz"
+    with gzip.open(tsv, "wt", encoding="utf-8") as handle:
+        handle.write(TSV)
+    manifest = convert_to_collection(tsv, tmp_path / "gz", expected=4)
+    assert manifest["passages"] == 4 and manifest["empty_rows_skipped"] == 1
+    with pytest.raises(InputError, match="4 passages with text, but corpus.expected_passages is 5 "
+                                         r"\(1 empty rows were skipped\)"):
+        convert_to_collection(tsv, tmp_path / "gz2", expected=5)
+
+
 def test_missing_corpus_file(tmp_path):
     with pytest.raises(InputError, match="passages TSV not found"):
         convert_to_collection(tmp_path / "nope.tsv", tmp_path / "out")

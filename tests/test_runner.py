@@ -19,7 +19,7 @@ def job(tiny_model_dir, tmp_path_factory):
 
     def edit(data):
         data["model"].update(name="tiny", source=str(tiny_model_dir))
-        data["generation"].update(max_new_tokens=24, threads=1, batch_size=2)
+        data["generation"].update(max_new_tokens=24, threads=1, batch_size=2, cache=None)
         data["datasets"]["demo"]["sample"]["size"] = 12
 
     edit_params(root, edit)
@@ -70,3 +70,22 @@ def test_two_accelerate_processes_equal_one(job):
     assert result.returncode == 0, result.stderr[-3000:]
     assert (root / "two/predictions.jsonl").read_bytes() == (root / "straight/predictions.jsonl").read_bytes()
     assert '"processes": 2' in (root / "two/provenance.json").read_text()
+
+
+def test_call_cache_is_shared_across_runs_and_reported(job):
+    """Two method configurations that ask the same calls: the second one is served from the cache."""
+    import json
+
+    from test_workflow import edit_params as edit
+
+    root, command = job
+    edit(root, lambda d: d["generation"].update(cache="data/cache/calls.sqlite"))
+    try:
+        run(command(root / "cached-1"), root)
+        run(command(root / "cached-2"), root)
+    finally:
+        edit(root, lambda d: d["generation"].update(cache=None))
+    first = json.loads((root / "cached-1/provenance.json").read_text())["call_cache"]["generate"]
+    second = json.loads((root / "cached-2/provenance.json").read_text())["call_cache"]["generate"]
+    assert first == {"hits": 0, "misses": 12} and second == {"hits": 12, "misses": 0}
+    assert (root / "cached-1/predictions.jsonl").read_bytes() == (root / "cached-2/predictions.jsonl").read_bytes()

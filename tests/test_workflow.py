@@ -53,7 +53,7 @@ def edit_params(cwd, edit):
 def tiny_params(model_source):
     def edit(data):
         data["model"].update(name="tiny", source=str(model_source))
-        data["generation"].update(max_new_tokens=6, threads=1)
+        data["generation"].update(max_new_tokens=6, threads=1, cache=None)  # reruns must recompute
         data["datasets"]["demo"]["sample"]["size"] = 4
     return edit
 
