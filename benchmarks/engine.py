@@ -1,15 +1,17 @@
 """Engine benchmark: questions/second and peak memory on a fixed demo workload.
 
-Workload: the first N demo questions as SR-RAG prompts (top-3 BM25 passages from the demo index,
-the demo's 8 chat-format exemplars, greedy, 100 new tokens, the standard stop strings) on the
-materialised SmolLM2-135M-Instruct. Configurations: batch size 1 and the default batch size with
+Workload: the first N demo questions as SR-RAG prompts (top-3 BM25 passages from the demo index)
+or wo-RAG prompts (no passages), with the demo's 8 chat-format exemplars, greedy, 100 new tokens,
+the standard stop strings, on the materialised SmolLM2-135M-Instruct. The two differ where the
+time goes: SR-RAG prompts carry ~350 question-specific tokens (prefill, compute-bound), wo-RAG
+prompts a few dozen (decode steps dominate, and batching amortises them). Configurations: batch size 1 and the default batch size with
 an empty call cache, then the default batch size again on the warm cache. Each runs in a fresh
 process so its peak RSS is its own. Also reports the forward tokens the model actually ran against
 the minimum (every distinct prompt token once, plus the generated tokens), and whether batched
 greedy tokens equal one-at-a-time tokens.
 
 Needs the demo model and index: `snakemake --cores all model indexes` first.
-Usage: python benchmarks/engine.py [--questions 16] [--batch-size 8] [--threads 2]
+Usage: python benchmarks/engine.py [--method sr-rag|wo-rag] [--questions 16] [--batch-size 8] [--threads 2]
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ MODEL = REPO / "data/models/smollm2-135m-instruct"
 INDEX = REPO / "data/index/demo/bm25"
 
 
-def workload(n: int):
+def workload(n: int, method: str):
     from adaptive_rag.data.datasets import load_hotpotqa
     from adaptive_rag.prompts.fewshot import build_prompt, load_exemplars
     from adaptive_rag.retrieval.bm25 import BM25Retriever
@@ -36,7 +38,9 @@ def workload(n: int):
     examples = load_hotpotqa(REPO / "data/demo/hotpot_demo.json")[:n]
     exemplars = load_exemplars(REPO / "data/demo/exemplars.json", 8)
     retriever = BM25Retriever(INDEX)
-    return [build_prompt("chat", exemplars, e.question, retriever.search(e.question, 3)) for e in examples]
+    k = 3 if method == "sr-rag" else 0
+    return [build_prompt("chat", exemplars, e.question, retriever.search(e.question, k) if k else ())
+            for e in examples]
 
 
 def distinct_prefix_tokens(model, prompts) -> int:
@@ -58,7 +62,7 @@ def child(args) -> None:
     from adaptive_rag.lm.hf import HFModel
     from adaptive_rag.prompts.fewshot import STOP_STRINGS
 
-    prompts = workload(args.questions)
+    prompts = workload(args.questions, args.method)
     base = HFModel(MODEL, "float32", "cpu", args.threads, 0, args.batch_size)
     lm = CachedModel(base, CallCache(args.cache)) if args.cache else base
     start = time.perf_counter()
@@ -76,6 +80,7 @@ def child(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--method", choices=("sr-rag", "wo-rag"), default="sr-rag")
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
@@ -89,7 +94,8 @@ def main() -> None:
             sys.exit(f"error: {path} missing; run `snakemake --cores all model indexes` first")
 
     def measure(batch_size: int, cache: str | None) -> dict:
-        command = [sys.executable, __file__, "--child", "--questions", str(args.questions), "--batch-size",
+        command = [sys.executable, __file__, "--child", "--method", args.method, "--questions", str(args.questions),
+                   "--batch-size",
                    str(batch_size), "--threads", str(args.threads)] + (["--cache", cache] if cache else [])
         out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -102,7 +108,7 @@ def main() -> None:
             (f"batch {args.batch_size}, warm cache", measure(args.batch_size, cache)),
         ]
     single = rows[0][1]["tokens"]
-    print(f"\n{args.questions} demo questions (SR-RAG prompts, SmolLM2-135M fp32, {args.threads} threads, "
+    print(f"\n{args.questions} demo questions ({args.method} prompts, SmolLM2-135M fp32, {args.threads} threads, "
           f"100 new tokens max)\n")
     print("| configuration | questions/s | seconds | peak RSS (MB) | forward tokens | minimum tokens | "
           "same tokens as batch 1 |")

@@ -42,6 +42,8 @@ def test_repository_params_are_valid(base):
         (lambda d: d["datasets"]["demo"].update(format="csv"), "datasets.demo.format: must be one of hotpotqa"),
         (lambda d: d.pop("corpus"), "corpus: missing required key"),
         (lambda d: d.update(sede=1), "sede: unknown key"),
+        (lambda d: d["methods"].update({"sr rag/2": {"type": "sr-rag"}}), "methods.sr rag/2: method names may use"),
+        (lambda d: d["datasets"].update({"../x": d["datasets"]["demo"]}), "datasets.../x: dataset names may use"),
     ],
 )
 def test_invalid_params_name_the_key(base, mutate, message):

@@ -276,6 +276,12 @@ def _retrieval(s: Section) -> RetrievalConfig:
     return cfg
 
 
+def _check_name(s: Section, name: str, what: str) -> None:
+    """Names become directory names and Snakemake wildcards: keep them to a safe alphabet."""
+    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
+        raise s.fail(name, f"{what} names may use letters, digits, '-', '_' and '.' only")
+
+
 def _optional_str(s: Section, name: str) -> str:
     value = s.raw(name, "")
     if value is None:
@@ -288,8 +294,7 @@ def _optional_str(s: Section, name: str) -> str:
 def _downloads(s: Section) -> dict[str, DownloadConfig]:
     downloads = {}
     for name in s.data:
-        if not name.replace("-", "").replace("_", "").isalnum():
-            raise s.fail(name, "download names may use letters, digits, '-' and '_' only")
+        _check_name(s, name, "download")
         d = s.section(name)
         url = d.str("url")
         filename = d.str("filename", url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
@@ -341,6 +346,7 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
 
     methods = {}
     for name, value in s.data.items():
+        _check_name(s, name, "method")
         entry = s.section(name) if value is not None else Section({}, s.key(name), s.source)
         method_type = entry.str("type", name)
         methods[name] = MethodConfig(name, method_type, validate_method_settings(method_type, entry))
@@ -371,6 +377,8 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     if not isinstance(mirrors, list) or not all(isinstance(m, str) and m for m in mirrors):
         raise top.fail("mirrors", f"expected a list of directories, got {_show(mirrors)}")
     datasets_s = top.section("datasets")
+    for name in datasets_s.data:
+        _check_name(datasets_s, name, "dataset")
     datasets = {name: _dataset(name, datasets_s.section(name)) for name in datasets_s.data}
     if not datasets:
         raise ConfigError(f"{source}: datasets: define at least one dataset")
