@@ -1,5 +1,6 @@
 # Paths and helpers shared by the rules. Every path the workflow writes is defined here once.
 import json
+import re
 import shlex
 import sys
 
@@ -25,5 +26,5 @@ def settings_key(*sections):
 
 
 wildcard_constraints:
-    dataset="|".join(P.datasets),
-    method="|".join(P.methods),
+    dataset="|".join(map(re.escape, P.datasets)),
+    method="|".join(map(re.escape, P.methods)),
