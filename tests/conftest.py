@@ -7,7 +7,10 @@ so generation tests need neither a hub nor the 500 MB materialised SmolLM2.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,41 @@ def copy_workflow(dest: Path) -> Path:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---- running the real workflow in a scratch copy (used by several test modules) ----
+
+BIN = Path(sys.executable).parent
+
+
+def run(args, cwd, check=True, timeout=900):
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                             f"{result.stderr[-3000:]}")
+    return result
+
+
+def snakemake(cwd, *args, check=True):
+    return run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd, check)
+
+
+def planned_jobs(cwd) -> dict[str, int]:
+    """Job counts per rule of a dry run ({} when nothing is to be done)."""
+    out = snakemake(cwd, "-n", "--quiet", "rules").stdout
+    jobs = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+def edit_params(cwd, edit):
+    import yaml
+
+    path = Path(cwd) / "params.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -4,18 +4,14 @@ import hashlib
 import http.server
 import io
 import shutil
-import subprocess
 import sys
 import threading
 import zipfile
-from pathlib import Path
 
 import pytest
-import yaml
 
 from adaptive_rag.config import load_params
-from conftest import REPO, SHARED_DATA, copy_workflow
-from test_workflow import edit_params, planned_jobs, run, snakemake
+from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
 @pytest.mark.parametrize("name", ["demo", "shared", "paper"])

@@ -8,8 +8,7 @@ import time
 
 import pytest
 
-from conftest import copy_workflow
-from test_workflow import edit_params, run
+from conftest import copy_workflow, edit_params, run
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +75,13 @@ def test_call_cache_is_shared_across_runs_and_reported(job):
     """Two method configurations that ask the same calls: the second one is served from the cache."""
     import json
 
-    from test_workflow import edit_params as edit
-
     root, command = job
-    edit(root, lambda d: d["generation"].update(cache="data/cache/calls.sqlite"))
+    edit_params(root, lambda d: d["generation"].update(cache="data/cache/calls.sqlite"))
     try:
         run(command(root / "cached-1"), root)
         run(command(root / "cached-2"), root)
     finally:
-        edit(root, lambda d: d["generation"].update(cache=None))
+        edit_params(root, lambda d: d["generation"].update(cache=None))
     first = json.loads((root / "cached-1/provenance.json").read_text())["call_cache"]["generate"]
     second = json.loads((root / "cached-2/provenance.json").read_text())["call_cache"]["generate"]
     assert first == {"hits": 0, "misses": 12} and second == {"hits": 12, "misses": 0}

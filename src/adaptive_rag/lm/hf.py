@@ -285,7 +285,7 @@ class HFModel:
                 ids.update(v for v in value if isinstance(v, int))
         return ids
 
-    # ---- the single-call convenience used by simple methods -------------------------------------
+    # ---- token texts ----------------------------------------------------------------------------
 
     def token_texts(self, ids: list[int]) -> list[str]:
         """Each token's contribution to the decoded text; they always join to exactly `decode(ids)`.
@@ -340,8 +340,9 @@ class _RowState:
             prompt_tokens=self.prompt_len, token_ids=self.ids[:keep],
             entropies=self.entropies[:keep] if extras.entropy else None,
             attentions=self.attentions[:keep] if extras.attention_layer is not None else None,
-            hidden=np.stack(self.hidden[:keep]) if extras.hidden_layer is not None and keep else
-            (np.zeros((0, 0), dtype=np.float32) if extras.hidden_layer is not None else None),
+            hidden=(np.stack(self.hidden[:keep]) if keep else
+                    np.zeros((0, model.model.config.hidden_size), dtype=np.float32))
+            if extras.hidden_layer is not None else None,
         )
 
 
