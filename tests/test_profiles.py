@@ -39,7 +39,7 @@ def test_paper_profile_plans_downloads_for_every_input(tmp_path):
     jobs = planned_jobs(tmp_path)
     downloads = {rule: n for rule, n in jobs.items() if rule.startswith("download_")}
     assert len(downloads) == 8 and set(downloads.values()) == {1}
-    assert jobs["split"] == 7 and jobs["generate"] == 14 and jobs["index"] == 1
+    assert jobs["split"] == 7 and jobs["generate"] == 42 and jobs["index"] == 1
 
 
 def test_shared_profile_plans_four_datasets(tmp_path):
@@ -49,7 +49,7 @@ def test_shared_profile_plans_four_datasets(tmp_path):
     copy_workflow(dest)
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)  # the profile reads ../shared/data
     shutil.copy(REPO / "params" / "shared.yaml", dest / "params.yaml")
-    assert planned_jobs(dest) == {"model": 1, "corpus": 1, "index": 1, "split": 4, "generate": 8, "score": 8,
+    assert planned_jobs(dest) == {"model": 1, "corpus": 1, "index": 1, "split": 4, "generate": 24, "score": 24,
                                   "report": 1, "all": 1}
 
 

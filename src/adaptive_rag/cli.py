@@ -154,12 +154,18 @@ def cmd_score(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from .reports.figures import plot_scores
-    from .reports.tables import collect_scores, write_tables
+    from .reports.figures import plot_retrievals, plot_scores
+    from .reports.tables import collect_scores, distribution_table, retrieval_distribution, write_tables
 
-    frame = collect_scores([Path(p) for p in args.scores])
-    write_tables(frame, Path(args.table_md), Path(args.table_csv))
+    paths = [Path(p) for p in args.scores]
+    frame = collect_scores(paths, load_params(args.params))
+    write_tables(frame, Path(args.table_md), Path(args.table_csv), Path(args.table_tex) if args.table_tex else None)
     plot_scores(frame, Path(args.figure))
+    if args.retrievals_md:
+        long = retrieval_distribution(paths)
+        write_tables(distribution_table(long), Path(args.retrievals_md), Path(args.retrievals_md).with_suffix(".csv"))
+        if args.retrievals_figure:
+            plot_retrievals(long, Path(args.retrievals_figure))
     print(frame.to_string(index=False))
 
 
@@ -205,10 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     # `serve` has its own parser (adaptive_rag.lm.serve); listed here so --help shows it.
     sub.add_parser("serve", help="serve a white-box model as an OpenAI-compatible API returning tokens and "
                                  "logprobs (see `adaptive-rag serve --help`)", add_help=False)
-    p = step("report", cmd_report, "tables (markdown, CSV) and a figure from score files")
+    p = step("report", cmd_report, "tables (markdown, CSV, LaTeX: EM, F1, N_R, S_eff, Rc..Sc) and figures "
+                                   "from score files")
     p.add_argument("--scores", nargs="+", required=True)
     for flag in ("--table-md", "--table-csv", "--figure"):
         p.add_argument(flag, required=True)
+    p.add_argument("--table-tex", help="also write the table as LaTeX")
+    p.add_argument("--retrievals-md", help="questions per number of retrievals (markdown; CSV beside it)")
+    p.add_argument("--retrievals-figure", help="the same distribution as a bar chart")
     return parser
 
 

@@ -132,6 +132,7 @@ class RetrievalConfig:
     b: float
     dense: DenseConfig
     threads: int
+    query_max_words: int | None = None  # keep only a query's last N words (the reference code: last 64 tokens)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class GenerationConfig:
     batch_size: int  # questions advanced together (one forward per step)
     cache: str | None  # the shared call cache (SQLite); null: none
     processes: int  # > 1: `accelerate launch` splits the questions over this many processes (GPUs)
+    answer_fallback_tokens: int  # no "So the answer is" in an output: append it and generate this many (0: off)
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,11 @@ class MethodConfig:
     name: str
     type: str
     settings: dict[str, Any]
+    # dataset name -> the settings with that dataset's preset applied (published values differ per dataset)
+    per_dataset: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def settings_for(self, dataset: str) -> dict[str, Any]:
+        return self.per_dataset.get(dataset, self.settings)
 
 
 @dataclass(frozen=True)
@@ -268,6 +275,7 @@ def _retrieval(s: Section) -> RetrievalConfig:
             passage_prefix=_optional_str(dense, "passage_prefix"),
         ),
         threads=s.int("threads", 1, minimum=1),
+        query_max_words=s.int("query_max_words", None, minimum=1, allow_none=True),
     )
     if cfg.b > 1:
         raise bm25.fail("b", f"must be between 0 and 1; got {cfg.b}")
@@ -349,7 +357,15 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
         _check_name(s, name, "method")
         entry = s.section(name) if value is not None else Section({}, s.key(name), s.source)
         method_type = entry.str("type", name)
-        methods[name] = MethodConfig(name, method_type, validate_method_settings(method_type, entry))
+        presets = entry.section("per_dataset", {})
+        base = {k: v for k, v in entry.data.items() if k not in ("type", "per_dataset")}
+        per_dataset = {}
+        for dataset in presets.data:
+            override = presets.section(dataset)
+            merged = Section({**base, **override.data}, override.path, s.source)
+            per_dataset[dataset] = validate_method_settings(method_type, merged)
+            presets.used.add(dataset)
+        methods[name] = MethodConfig(name, method_type, validate_method_settings(method_type, entry), per_dataset)
     if not methods:
         raise ConfigError(f"{s.source}: methods: define at least one method")
     return methods
@@ -361,7 +377,10 @@ def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], so
     from .methods import method_class
 
     for cfg in methods.values():
-        lacking = missing(BACKEND_CAPABILITIES[model.backend], method_class(cfg.type).needs)
+        needs = set()
+        for settings in (cfg.settings, *cfg.per_dataset.values()):
+            needs |= method_class(cfg.type).needs_for(settings)
+        lacking = missing(BACKEND_CAPABILITIES[model.backend], needs)
         if lacking:
             raise ConfigError(f"{source}: methods.{cfg.name}: method type {cfg.type!r} needs {', '.join(lacking)}, "
                               f"which model.backend {model.backend!r} cannot provide")
@@ -390,11 +409,17 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         batch_size=generation_s.int("batch_size", 8, minimum=1),
         cache=generation_s.raw("cache", None),
         processes=generation_s.int("processes", 1, minimum=1),
+        answer_fallback_tokens=generation_s.int("answer_fallback_tokens", 20, minimum=0),
     )
     if generation.cache is not None and not (isinstance(generation.cache, str) and generation.cache):
         raise generation_s.fail("cache", f"expected a file path or null, got {_show(generation.cache)}")
     generation_s.done()
     methods = _methods(top.section("methods"))
+    for cfg in methods.values():
+        for dataset in cfg.per_dataset:
+            if dataset not in datasets:
+                raise ConfigError(f"{source}: methods.{cfg.name}.per_dataset.{dataset}: no dataset of that name "
+                                  f"under datasets: ({', '.join(datasets)})")
     _check_capabilities(model, methods, source)
     experiment = top.section("experiment")
     exp_datasets, exp_methods = experiment.str_list("datasets"), experiment.str_list("methods")

@@ -98,6 +98,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     rank, world, local_rank = process_rank()
     ds, mcfg = params.dataset(dataset), params.method(method)
     cls = method_class(mcfg.type)
+    settings = mcfg.settings_for(dataset)
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     exemplars = load_exemplars(ds.exemplars, ds.num_exemplars)
     size = params.generation.batch_size
@@ -117,10 +118,12 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     if lm is not None:
         from .lm.base import require
 
-        require(lm.capabilities, cls.needs, f"method {method!r}", params.model.backend)
-    runner = cls(mcfg.settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
-                                         max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
-                                         retriever=retriever))
+        require(lm.capabilities, cls.needs_for(settings), f"method {method!r}", params.model.backend)
+    runner = cls(settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
+                                    max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
+                                    retriever=retriever,
+                                    answer_fallback_tokens=params.generation.answer_fallback_tokens,
+                                    query_max_words=params.retrieval.query_max_words))
 
     bar = tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
                unit=" q", disable=not progress_bar or rank != 0)
@@ -154,7 +157,8 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
         "git": provenance.git_state(), "versions": provenance.package_versions(), "host": provenance.host(),
         "seeds": {"global": params.seed, "sample": ds.sample.seed},
         "params": {"model": as_dict(params.model), "generation": as_dict(params.generation),
-                   "dataset": as_dict(ds), "method": as_dict(mcfg), "retrieval": as_dict(params.retrieval)},
+                   "dataset": as_dict(ds), "method": {"name": method, "type": mcfg.type, "settings": settings},
+                   "retrieval": as_dict(params.retrieval)},
         "model": lm.identity() if lm is not None else _model_identity(params, model_dir),
         "index": retriever.identity() if retriever else None,
         "call_cache": stats,
@@ -178,17 +182,18 @@ def _model_identity(params: Params, model_dir: Path | None) -> dict | None:
 
 def _record(example: Example, answer) -> dict:
     prediction, found = extract_answer(answer.output)
+    counters = answer.counters()
     return {
         "prediction": {
             "id": example.id, "question": example.question, "answers": example.answers,
             "answer_type": example.answer_type, "prediction": prediction, "answer_found": found,
-            "output": answer.output, "retrievals": answer.retrievals,
+            "output": answer.output, "retrievals": answer.retrievals, "counters": counters,
             "retrieved_ids": [p["id"] for p in answer.passages],
         },
         "trace": {
             "id": example.id, "prompt": answer.prompt, "passages": answer.passages, "output": answer.output,
-            "counters": {"retrievals": answer.retrievals, "llm_calls": answer.llm_calls,
-                         "prompt_tokens": answer.prompt_tokens, "generated_tokens": answer.generated_tokens,
+            "steps": answer.steps,
+            "counters": {**counters, "prompt_tokens": answer.prompt_tokens,
                          "wall_time_s": round(answer.wall_time_s, 3)},
         },
     }

@@ -30,6 +30,7 @@ rule generate:
     params:
         settings=lambda wc: settings_key(
             P.seed, P.model, P.generation.decoding, P.generation.max_new_tokens, P.generation.batch_size,
+            P.generation.answer_fallback_tokens,
             P.method(wc.method), P.dataset(wc.dataset), P.retrieval if needs_retriever(wc.method) else None,
         ),
         launcher=launcher(),

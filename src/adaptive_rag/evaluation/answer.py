@@ -24,3 +24,9 @@ def extract_answer(text: str) -> tuple[str, bool]:
     if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "\"'":
         answer = answer[1:-1].strip()
     return answer, True
+
+
+def has_answer(text: str) -> bool:
+    """Whether an output already states its answer ("... the answer is X")."""
+    answer, found = extract_answer(text)
+    return found and bool(answer)

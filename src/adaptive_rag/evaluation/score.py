@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from statistics import mean
 
@@ -26,9 +27,24 @@ def score_run(predictions_path: Path, trace_path: Path | None = None) -> dict:
     summary = {metric: round(mean(q[metric] for q in per_question), 4) for metric in METRICS}
     summary["questions"] = len(per_question)
     summary["answer_found"] = round(mean(float(r.get("answer_found", False)) for r in predictions), 4)
-    summary["retrievals_mean"] = round(mean(r.get("retrievals", 0) for r in predictions), 4)
+    summary.update(efficiency(predictions))
     if trace_path is not None:
         traces = read_jsonl(trace_path, "trace file")
-        summary["generated_tokens_mean"] = round(mean(t["counters"]["generated_tokens"] for t in traces), 2)
-        summary["llm_calls_mean"] = round(mean(t["counters"]["llm_calls"] for t in traces), 4)
+        summary["wall_time_s_mean"] = round(mean(t["counters"].get("wall_time_s", 0.0) for t in traces), 3)
     return {"summary": summary, "per_question": per_question}
+
+
+# DioR's efficiency counters (mean per question) and the prediction fields they come from.
+COUNTERS = {"Rc": "retrievals", "Gc": "llm_calls", "Hc": "detections", "Tc": "generated_tokens", "Sc": "sentences"}
+
+
+def efficiency(predictions: list[dict]) -> dict:
+    """N_R (SCAAR: mean retrievals per question, = DioR's Rc), the other counters, and how many
+    questions retrieved 0, 1, 2, ... times (dynamic methods should vary)."""
+    out = {}
+    for name, field in COUNTERS.items():
+        out[name] = round(mean(float(r.get("counters", {}).get(field, r.get(field, 0))) for r in predictions), 4)
+    out["N_R"] = out["Rc"]
+    histogram = Counter(int(r.get("retrievals", 0)) for r in predictions)
+    out["retrievals_histogram"] = {str(k): histogram[k] for k in sorted(histogram)}
+    return out

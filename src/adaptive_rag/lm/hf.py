@@ -228,7 +228,13 @@ class HFModel:
                     out.logits = out.logits[rows]
                     mask = mask[rows]
                 active = [active[i] for i in still]
-        return [state.result(self, stop, extras) for state in states]
+        results = [state.result(self, stop, extras) for state in states]
+        if extras.attention_layer is not None:
+            # Attention rows cover the prompt too; the texts of the prompt's own (non-shared) tokens
+            # let a method find the question and the answer so far among those columns.
+            for result, (ids, own_shared) in zip(results, encoded):
+                result.meta["prompt_tokens"] = self.token_texts(ids[own_shared:])
+        return results
 
     # ---- scoring and attribution ----------------------------------------------------------------
 

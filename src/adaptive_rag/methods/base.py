@@ -1,4 +1,4 @@
-"""What every method shares: settings, the prompt, and the per-question record it returns.
+"""What every method shares: settings, the prompt, the answer fallback, and the per-question record.
 
 Methods answer a batch of questions at once so the backend can advance them in lockstep (one
 batched forward per step) instead of one question at a time.
@@ -10,27 +10,39 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..prompts.fewshot import STOP_STRINGS, Exemplar, build_prompt
+from ..evaluation.answer import extract_answer, has_answer
+from ..prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, Exemplar, build_prompt
 
 if TYPE_CHECKING:
     from ..config import Section
     from ..data.datasets import Example
-    from ..lm.base import LanguageModel
+    from ..lm.base import Continuation, LanguageModel
     from ..retrieval import Hit, Retriever
 
 
 @dataclass
 class Answer:
-    """One question's outcome: the generated text plus the counters the efficiency tables need."""
+    """One question's outcome: the generated text plus the counters the efficiency tables need.
+
+    The counters are DioR's: retrievals (Rc, also SCAAR's N_R), LLM generate calls (Gc), hallucination
+    detections (Hc), generated tokens over all calls (Tc) and sentences over all calls (Sc).
+    """
 
     output: str
     prompt: Any  # the prompt as traces record it (text, or chat messages)
     passages: list[dict] = field(default_factory=list)
     retrievals: int = 0
     llm_calls: int = 0
+    detections: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    sentences: int = 0
     wall_time_s: float = 0.0
+    steps: list[dict] = field(default_factory=list)  # what each call produced and decided (trace only)
+
+    def counters(self) -> dict:
+        return {"retrievals": self.retrievals, "llm_calls": self.llm_calls, "detections": self.detections,
+                "generated_tokens": self.generated_tokens, "sentences": self.sentences}
 
 
 @dataclass
@@ -42,6 +54,8 @@ class Context:
     prompt_format: str
     max_new_tokens: int
     retriever: "Retriever | None" = None
+    answer_fallback_tokens: int = 20
+    query_max_words: int | None = None
 
 
 class Method:
@@ -56,8 +70,19 @@ class Method:
     def read_settings(cls, section: "Section") -> dict[str, Any]:
         return {}
 
+    @classmethod
+    def needs_for(cls, settings: dict[str, Any]) -> set[str]:
+        """Capabilities a configuration needs (some depend on settings, e.g. an attention-ranked query)."""
+        return set(cls.needs)
+
     def answer_batch(self, examples: Sequence["Example"]) -> list[Answer]:
         raise NotImplementedError
+
+    def search(self, query: str, k: int) -> list["Hit"]:
+        """Retrieve with the query's last `retrieval.query_max_words` words (all when unset)."""
+        if self.ctx.query_max_words:
+            query = " ".join(query.split()[-self.ctx.query_max_words:])
+        return self.ctx.retriever.search(query, k)
 
     def generate_answers(self, questions: Sequence[str], passages: Sequence[Sequence["Hit"]],
                          retrievals: int = 0) -> list[Answer]:
@@ -67,10 +92,52 @@ class Method:
                    for q, p in zip(questions, passages)]
         continuations = self.ctx.lm.generate(prompts, self.ctx.max_new_tokens, STOP_STRINGS)
         share = (time.perf_counter() - start) / max(1, len(questions))
-        return [
+        answers = [
             Answer(output=c.text.strip(), prompt=prompt.readable(),
                    passages=[{"id": h.id, "title": h.title, "score": h.score} for h in hits],
                    retrievals=retrievals, llm_calls=1, prompt_tokens=c.prompt_tokens or 0,
-                   generated_tokens=len(c.tokens), wall_time_s=share)
+                   generated_tokens=len(c.tokens), sentences=count_sentences(c.text), wall_time_s=share,
+                   steps=[step_record("generate", c)])
             for prompt, c, hits in zip(prompts, continuations, passages)
         ]
+        self.complete_answers(questions, answers)
+        return answers
+
+    def complete_answers(self, questions: Sequence[str], answers: Sequence[Answer]) -> None:
+        """The reference evaluation's fallback: an output without "So the answer is" gets the phrase
+        appended and a few more tokens generated, without passages, so every method is scored on an
+        answer phrase rather than on its reasoning."""
+        budget = self.ctx.answer_fallback_tokens
+        todo = [i for i, a in enumerate(answers) if budget and not has_answer(a.output)]
+        if not todo:
+            return
+        start = time.perf_counter()
+        # An output cut off right after the phrase is continued as it is, not given the phrase twice.
+        prefixes = [answers[i].output if extract_answer(answers[i].output)[1]
+                    else f"{answers[i].output} {ANSWER_PREFIX}".lstrip() for i in todo]
+        prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, questions[i]).with_prefix(prefix)
+                   for i, prefix in zip(todo, prefixes)]
+        continuations = self.ctx.lm.generate(prompts, budget, STOP_STRINGS + ("\n",))
+        share = (time.perf_counter() - start) / len(todo)
+        for i, prefix, c in zip(todo, prefixes, continuations):
+            answer = answers[i]
+            answer.output = (prefix + c.text).strip()
+            answer.llm_calls += 1
+            answer.generated_tokens += len(c.tokens)
+            answer.sentences += count_sentences(c.text)
+            answer.wall_time_s += share
+            answer.steps.append(step_record("fallback", c))
+
+
+def count_sentences(text: str) -> int:
+    from .text import sentences
+
+    return len(sentences(text)) if text.strip() else 0
+
+
+def step_record(phase: str, c: "Continuation", **decision) -> dict:
+    """One call as the trace records it: the text, each token with its probability, and what was decided."""
+    import math
+
+    return {"phase": phase, "text": c.text, "finish": c.finish_reason,
+            "tokens": [[t, round(math.exp(lp), 4)] for t, lp in zip(c.tokens, c.logprobs)], **decision}

@@ -25,7 +25,28 @@ def plot_scores(frame, path: Path) -> None:
     for ax in grid.axes.flat:
         for container in ax.containers:
             ax.bar_label(container, fmt="%.2f", fontsize=8)
+    save(grid.figure, path)
+
+
+def save(figure, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     with atomic_write(path, "wb") as handle:
-        grid.figure.savefig(handle, format=Path(path).suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight",
-                            metadata={"Software": None} if Path(path).suffix == ".png" else None)
-    plt.close(grid.figure)
+        figure.savefig(handle, format=Path(path).suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight",
+                       metadata={"Software": None} if Path(path).suffix == ".png" else None)
+    plt.close(figure)
+
+
+def plot_retrievals(long, path: Path) -> None:
+    """How many questions retrieved 0, 1, 2, ... times, per method (one panel per dataset)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    grid = sns.catplot(data=long, kind="bar", x="retrievals", y="questions", hue="method", col="dataset",
+                       height=3.6, aspect=1.4)
+    grid.set_axis_labels("retrievals per question", "questions")
+    grid.set_titles("dataset: {col_name}")
+    save(grid.figure, path)

@@ -1,4 +1,9 @@
-"""Methods x metrics tables (markdown for reading, CSV for tools)."""
+"""Methods x metrics tables (markdown for reading, LaTeX for papers, CSV for tools).
+
+S_eff is SCAAR's efficiency: (score - score of wo-RAG on the same questions) / N_R, with F1 as the
+score for multi-hop span datasets and EM for StrategyQA (yes/no). It is computed here, not in the
+score step, because it needs the wo-RAG run of the same dataset.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +12,92 @@ from pathlib import Path
 from ..errors import InputError
 from ..io import atomic_write, read_json
 
-COLUMNS = ("dataset", "method", "questions", "em", "f1", "precision", "recall", "acc", "retrievals_mean",
+COLUMNS = ("dataset", "method", "questions", "em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc",
            "answer_found")
+# Which score S_eff uses, by dataset format (SCAAR: F1 for 2Wiki/HotpotQA/IIRC, EM for StrategyQA).
+S_EFF_METRIC = {"strategyqa": "em"}
+BASELINE_TYPE = "wo-rag"
 
 
-def collect_scores(paths: list[Path]):
-    import pandas as pd
+def s_eff_metric(dataset_format: str) -> str:
+    return S_EFF_METRIC.get(dataset_format, "f1")
 
-    rows = []
+
+def load_scores(paths: list[Path]) -> list[dict]:
+    out = []
     for path in paths:
         data = read_json(path, "score file")
         if "summary" not in data or "dataset" not in data:
             raise InputError(f"{path}: not a score file (missing 'summary' or 'dataset')")
-        rows.append({"dataset": data["dataset"], "method": data["method"], **data["summary"]})
-    return pd.DataFrame(rows)[list(COLUMNS)]
+        out.append({**data, "path": str(path)})
+    return out
 
 
-def write_tables(frame, markdown: Path, csv: Path) -> None:
+def s_eff(score: dict, baseline: dict, metric: str) -> float | None:
+    """(score - baseline) / N_R over the questions both runs answered; None when N_R is 0."""
+    mine = {q["id"]: q[metric] for q in score["per_question"]}
+    base = {q["id"]: q[metric] for q in baseline["per_question"]}
+    if set(mine) != set(base):
+        raise InputError(f"{score['path']} and {baseline['path']} score different questions; "
+                         f"S_eff compares runs on the same split")
+    n_r = score["summary"].get("N_R", 0.0)
+    if not n_r:
+        return None
+    return (sum(mine.values()) - sum(base.values())) / len(mine) / n_r
+
+
+def collect_scores(paths: list[Path], params=None):
+    """One row per score file; S_eff needs `params` (dataset formats, which method is wo-RAG)."""
+    import pandas as pd
+
+    scores = load_scores(paths)
+    baselines = {}
+    if params is not None:
+        for data in scores:
+            if data["method"] in params.methods and params.method(data["method"]).type == BASELINE_TYPE:
+                baselines.setdefault(data["dataset"], data)
+    rows = []
+    for data in scores:
+        row = {"dataset": data["dataset"], "method": data["method"], **data["summary"]}
+        base = baselines.get(data["dataset"])
+        row["S_eff"] = None
+        if base is not None and base is not data:
+            row["S_eff"] = s_eff(data, base, s_eff_metric(params.dataset(data["dataset"]).format))
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for column in COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    return frame[list(COLUMNS)]
+
+
+def retrieval_distribution(paths: list[Path]):
+    """Questions per number of retrievals, one row per (dataset, method)."""
+    import pandas as pd
+
+    rows = []
+    for data in load_scores(paths):
+        for count, questions in data["summary"].get("retrievals_histogram", {}).items():
+            rows.append({"dataset": data["dataset"], "method": data["method"], "retrievals": int(count),
+                         "questions": questions})
+    return pd.DataFrame(rows, columns=["dataset", "method", "retrievals", "questions"])
+
+
+def distribution_table(long):
+    """Wide form: retrieval counts as columns."""
+    if long.empty:
+        return long
+    wide = long.pivot_table(index=["dataset", "method"], columns="retrievals", values="questions",
+                            fill_value=0, aggfunc="sum")
+    wide.columns = [f"{c} retrievals" for c in wide.columns]
+    return wide.reset_index()
+
+
+def write_tables(frame, markdown: Path, csv: Path, latex: Path | None = None) -> None:
     with atomic_write(csv) as handle:
         frame.to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
     with atomic_write(markdown) as handle:
-        handle.write(frame.to_markdown(index=False, floatfmt=".4f") + "\n")
+        handle.write(frame.to_markdown(index=False, floatfmt=".4f", missingval="–") + "\n")
+    if latex is not None:
+        with atomic_write(latex) as handle:
+            handle.write(frame.to_latex(index=False, float_format="%.4f", na_rep="--", escape=True))

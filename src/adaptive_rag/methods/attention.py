@@ -1,0 +1,86 @@
+"""Attention-derived signals (white-box): how much later tokens attend to a token (DRAGIN's a_i), and
+the query of DRAGIN's QFS: the context's real words ranked by the attention a hallucinated token pays.
+
+`Continuation.attentions[j]` is generated token j's head-averaged attention row (last layer) over the
+prompt, the tokens generated before it and itself; generated token i sits at column prompt_tokens + i.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .lookahead import LookAhead, token_spans
+from .text import real_words
+
+SCOPES = ("full", "generated")
+
+
+def attention_matrix(lookahead: LookAhead, scope: str = "full") -> np.ndarray:
+    """[n, n] attention of each generated token (row, as query) to each generated token (column).
+
+    scope `full`: the rows as the model computed them over prompt + generation (the paper);
+    `generated`: each row restricted to the generated tokens and renormalised to sum to one, the
+    reference code's "attention over the generated tokens only" (it re-encodes the generated text on
+    its own; renormalising the generation pass's rows is our stand-in and is not bit-identical).
+    """
+    c = lookahead.c
+    n, offset = len(c.attentions), c.prompt_tokens
+    matrix = np.zeros((n, n), dtype=np.float64)
+    for j, row in enumerate(c.attentions):
+        generated = np.asarray(row[offset:offset + j + 1], dtype=np.float64)
+        if scope == "generated":
+            total = generated.sum()
+            generated = generated / total if total > 0 else generated
+        matrix[j, :j + 1] = generated
+    return matrix
+
+
+def attention_received(matrix: np.ndarray, diagonal: bool = False) -> np.ndarray:
+    """a_i = max over later tokens j > i of A[j, i] (j >= i with the diagonal, as the reference code)."""
+    n = matrix.shape[0]
+    out = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        column = matrix[i if diagonal else i + 1:, i]
+        out[i] = column.max() if column.size else 0.0
+    return out
+
+
+def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_far: str, top_n: int) -> str:
+    """DRAGIN's QFS: the top-n real words (NOUN, ADJ, VERB, PROPN, NUM) of the question, the answer so
+    far and the generated text before `token`, ranked by the attention `token` pays to them, joined in
+    their original order (a word repeated keeps its best-attended occurrence)."""
+    c = lookahead.c
+    row = np.asarray(c.attentions[token], dtype=np.float64)
+    prompt_tokens = list(c.meta.get("prompt_tokens") or [])
+    prompt_text = "".join(prompt_tokens)
+    # One virtual text: the prompt's own (non-shared) tokens, then the generated tokens before `token`.
+    tokens = prompt_tokens + list(c.tokens[:token])
+    columns = [c.prompt_tokens - len(prompt_tokens) + k for k in range(len(prompt_tokens))] + \
+              [c.prompt_tokens + i for i in range(token)]
+    spans = token_spans(tokens)
+    regions = []
+    q_at = prompt_text.rfind(question) if question else -1
+    if q_at >= 0:
+        regions.append((q_at, q_at + len(question)))
+    prefix = answer_so_far.strip()
+    if prefix and prompt_text.rstrip().endswith(prefix):
+        end = len(prompt_text.rstrip())
+        regions.append((end - len(prefix), end))
+    virtual = prompt_text + "".join(c.tokens[:token])
+    cut = len(virtual)
+    while cut > len(prompt_text) and virtual[cut - 1].isalnum():  # `token` continues a word: drop its start
+        cut -= 1
+    regions.append((len(prompt_text), cut))
+    scored = []
+    for start, end in regions:
+        for word in real_words(virtual[start:end]):
+            a, b = start + word.start, start + word.end
+            weight = sum(row[columns[k]] for k, (s, e) in enumerate(spans) if s < b and e > a)
+            scored.append((weight, a, word.text))
+    best: dict[str, tuple[float, int, str]] = {}
+    for weight, position, text in scored:
+        key = text.lower()
+        if key not in best or weight > best[key][0]:
+            best[key] = (weight, position, text)
+    chosen = sorted(best.values(), key=lambda t: (-t[0], t[1]))[:top_n]
+    return " ".join(text for _, _, text in sorted(chosen, key=lambda t: t[1]))

@@ -1,0 +1,102 @@
+"""DRAGIN (Su et al. 2024): RIND decides when, QFS decides what.
+
+RIND of token i in the look-ahead sentence = a_i * H_i * s_i: a_i the largest attention any later
+generated token pays to i (last layer, head-averaged), H_i the entropy of the distribution i was
+drawn from, s_i = 0 for stop words. Fire if any token's RIND exceeds `theta`. QFS: the top-n real
+words of the question, the answer so far and the sentence before the first hallucinated token,
+ranked by the attention that token pays them, in original order.
+
+The reference code differs in four ways, each a switch (`reference: dragin-code` sets all four):
+- `attention_scope: generated`: attention over the generated tokens only (rows renormalised);
+- `include_diagonal: true`: the max over later tokens includes the token itself;
+- `normalise: true`: a_i divided by the sentence's attention sum and multiplied by its token count;
+- `filter_order: after`: no stop-word factor in the score; after thresholding, only tokens of real
+  words (POS NOUN/ADJ/VERB/PROPN/NUM) may fire;
+and it keeps only the first regenerated sentence (`keep: first-sentence`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..lm.base import ATTENTIONS, ENTROPY, Extras
+from . import register
+from .attention import SCOPES, attention_matrix, attention_received, real_words_query
+from .components import Detection
+from .loop import TriggeredRetrieval
+from .text import real_words, stop_words
+
+REFERENCES = {
+    "paper": {"attention_scope": "full", "include_diagonal": False, "normalise": False, "filter_order": "before",
+              "keep": "all"},
+    "dragin-code": {"attention_scope": "generated", "include_diagonal": True, "normalise": True,
+                    "filter_order": "after", "keep": "first-sentence"},
+}
+
+
+def _bool(section, name: str, default: bool) -> bool:
+    value = section.raw(name, default)
+    if not isinstance(value, bool):
+        raise section.fail(name, f"expected true or false, got {value!r}")
+    return value
+
+
+def rind_scores(received: np.ndarray, entropies: list[float], tokens: list[int], stop: list[bool],
+                normalise: bool, filter_before: bool) -> list[float]:
+    """RIND of each token of a sentence (`tokens` index the look-ahead; `stop[k]` for tokens[k])."""
+    attention = np.array([received[t] for t in tokens], dtype=np.float64)
+    if normalise and attention.sum() > 0:
+        attention = attention / attention.sum() * len(tokens)
+    scores = [float(a * entropies[t]) for a, t in zip(attention, tokens)]
+    if filter_before:
+        scores = [0.0 if s else score for score, s in zip(scores, stop)]
+    return scores
+
+
+@register("dragin")
+class DRAGIN(TriggeredRetrieval):
+    needs = frozenset({ENTROPY, ATTENTIONS})
+
+    @classmethod
+    def read_settings(cls, section):
+        reference = section.str("reference", "paper", tuple(REFERENCES))
+        defaults = REFERENCES[reference]
+        return {
+            **cls.read_common(section, keep=defaults["keep"]),
+            "reference": reference,
+            "theta": section.float("theta", 1.0, minimum=0.0),
+            "top_n": section.int("top_n", 35, minimum=1),
+            "attention_scope": section.str("attention_scope", defaults["attention_scope"], SCOPES),
+            "include_diagonal": _bool(section, "include_diagonal", defaults["include_diagonal"]),
+            "normalise": _bool(section, "normalise", defaults["normalise"]),
+            "filter_order": section.str("filter_order", defaults["filter_order"], ("before", "after")),
+        }
+
+    def extras(self) -> Extras:
+        return Extras(entropy=True, attention_layer=-1)
+
+    def detect(self, state, lookahead, sentence) -> Detection:
+        s = self.settings
+        units = lookahead.token_units(sentence)
+        tokens = [u.tokens[0] for u in units]
+        received = attention_received(attention_matrix(lookahead, s["attention_scope"]), s["include_diagonal"])
+        words = lookahead.word_units(sentence)
+        stop_list = stop_words()
+
+        def word_of(t: int):
+            return next((w for w in words if t in w.tokens), None)
+
+        stop = [(w := word_of(t)) is None or w.text.lower() in stop_list for t in tokens]
+        scores = rind_scores(received, lookahead.c.entropies, tokens, stop, s["normalise"],
+                             s["filter_order"] == "before")
+        flagged = [k for k, v in enumerate(scores) if v > s["theta"]]
+        if s["filter_order"] == "after" and flagged:
+            real = [(sentence.start + w.start, sentence.start + w.end)
+                    for w in real_words(lookahead.text[sentence.start:sentence.end])]
+            flagged = [k for k in flagged
+                       if any(a < units[k].end and b > units[k].start for a, b in real)]
+        return Detection(bool(flagged), units, scores, flagged)
+
+    def build_query(self, state, lookahead, sentence, detection) -> str:
+        return real_words_query(lookahead, detection.first_flagged_token(), state.example.question, state.text,
+                                self.settings["top_n"])

