@@ -86,3 +86,45 @@ def test_call_cache_is_shared_across_runs_and_reported(job):
     second = json.loads((root / "cached-2/provenance.json").read_text())["call_cache"]["generate"]
     assert first == {"hits": 0, "misses": 12} and second == {"hits": 12, "misses": 0}
     assert (root / "cached-1/predictions.jsonl").read_bytes() == (root / "cached-2/predictions.jsonl").read_bytes()
+
+
+def test_dynamic_method_sweep_reuses_the_cache_and_reruns_identically(job):
+    """A threshold sweep of FLARE: every question's first look-ahead is the same call whatever the
+    threshold, so the second setting is partly served from the cache; without the cache a rerun
+    recomputes everything and writes byte-identical predictions."""
+    import json
+
+    root, _ = job
+    if not (root / "data/index/demo/bm25").is_dir():
+        run([sys.executable, "-m", "adaptive_rag", "corpus", "--out", "data/corpus/demo"], root)
+        run([sys.executable, "-m", "adaptive_rag", "index", "--collection", "data/corpus/demo",
+             "--out", "data/index/demo/bm25"], root)
+
+    def sweep(name, theta, cache):
+        def edit(data):
+            data["methods"][name] = {"type": "flare", "theta": theta, "max_retrievals": 2}
+            data["generation"].update(cache=cache)
+        edit_params(root, edit)
+        run([sys.executable, "-m", "adaptive_rag", "generate", "--dataset", "demo", "--method", name, "--split",
+             "data/splits/demo.jsonl", "--model-dir", str(job_model(root)), "--index", "data/index/demo/bm25",
+             "--out-dir", f"sweep/{name}"], root)
+        return json.loads((root / f"sweep/{name}/provenance.json").read_text())["call_cache"]
+
+    try:
+        high = sweep("flare-high", 0.9, "data/cache/sweep.sqlite")
+        low = sweep("flare-low", 1e-9, "data/cache/sweep.sqlite")
+        uncached = sweep("flare-again", 0.9, None)
+    finally:
+        edit_params(root, lambda d: d["generation"].update(cache=None))
+    assert high["generate"]["hits"] == 0 and low["generate"]["hits"] >= 12  # the 12 first look-aheads
+    assert uncached is None
+    assert (root / "sweep/flare-again/predictions.jsonl").read_bytes() == \
+        (root / "sweep/flare-high/predictions.jsonl").read_bytes()
+    retrievals = [json.loads(line)["retrievals"] for line in (root / "sweep/flare-high/predictions.jsonl").open()]
+    assert max(retrievals) <= 2  # max_retrievals caps the loop
+
+
+def job_model(root):
+    import yaml
+
+    return yaml.safe_load((root / "params.yaml").read_text())["model"]["source"]

@@ -56,10 +56,16 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
     sm = copy_workflow(tmp_path / "sm")
     edit_params(sm, tiny_params(tiny_llama_dir))
     snakemake(sm)
-    for name in ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/figures/scores.png"):
+    for name in ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
+                 "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/figures/retrievals.png"):
         assert (sm / name).stat().st_size > 0, name
     table = (sm / "reports/tables/scores.csv").read_text().splitlines()
-    assert table[0].startswith("dataset,method,questions,em,f1") and len(table) == 3
+    assert table[0] == "dataset,method,questions,em,f1,acc,N_R,S_eff,Rc,Gc,Hc,Tc,Sc,answer_found"
+    assert len(table) == 7  # the six methods of the demo experiment
+    for method in ("fl-rag", "fs-rag", "flare", "dragin"):
+        for trace in read_jsonl(sm / f"data/runs/demo/{method}/trace.jsonl"):
+            rounds = {p["retrieval"] for p in trace["passages"]}
+            assert trace["counters"]["retrievals"] == len(rounds) and trace["counters"]["llm_calls"] >= 1
     predictions = read_jsonl(sm / "data/runs/demo/sr-rag/predictions.jsonl")
     assert len(predictions) == 4 and all(len(p["retrieved_ids"]) == 3 for p in predictions)
     assert all(p["retrievals"] == 0 for p in read_jsonl(sm / "data/runs/demo/wo-rag/predictions.jsonl"))

@@ -28,7 +28,7 @@ def register(name: str):
 
 
 def _load_builtin_methods() -> None:
-    from . import dragin, fl_rag, flare, fs_rag, sr_rag, weighted_threshold, wo_rag  # noqa: F401  (registration)
+    from . import dragin, fl_rag, flare, fs_rag, scaar, sr_rag, weighted_threshold, wo_rag  # noqa: F401  (registration)
 
 
 def method_class(type_name: str) -> type["Method"]:

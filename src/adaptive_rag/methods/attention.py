@@ -68,7 +68,8 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
         regions.append((end - len(prefix), end))
     virtual = prompt_text + "".join(c.tokens[:token])
     cut = len(virtual)
-    while cut > len(prompt_text) and virtual[cut - 1].isalnum():  # `token` continues a word: drop its start
+    continues_word = token < len(c.tokens) and c.tokens[token][:1].isalnum()
+    while continues_word and cut > len(prompt_text) and virtual[cut - 1].isalnum():  # drop the word's start
         cut -= 1
     regions.append((len(prompt_text), cut))
     scored = []

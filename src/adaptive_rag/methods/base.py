@@ -113,8 +113,10 @@ class Method:
             return
         start = time.perf_counter()
         # An output cut off right after the phrase is continued as it is, not given the phrase twice.
-        prefixes = [answers[i].output if extract_answer(answers[i].output)[1]
-                    else f"{answers[i].output} {ANSWER_PREFIX}".lstrip() for i in todo]
+        # Raw prompts end with "Answer:" and the model writes " <text>"; chat answers start bare.
+        lead = " " if self.ctx.prompt_format == "raw" else ""
+        prefixes = [lead + (answers[i].output if extract_answer(answers[i].output)[1]
+                            else f"{answers[i].output} {ANSWER_PREFIX}".lstrip()) for i in todo]
         prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, questions[i]).with_prefix(prefix)
                    for i, prefix in zip(todo, prefixes)]
         continuations = self.ctx.lm.generate(prompts, budget, STOP_STRINGS + ("\n",))

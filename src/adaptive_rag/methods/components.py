@@ -1,7 +1,7 @@
 """The separable parts of a threshold trigger: *weighting* (how much each word's threshold is scaled)
 and *query* (what is retrieved once it fires). Both are registries of named functions, because
 SCAAR's ablation crosses weighting {ORIGIN, ATTN, SCW} with query {Curr-Sent, Real-Words, PFQ}: any
-pair is a valid configuration of the `weighted-threshold` method.
+pair is a valid configuration of the `weighted-threshold` method (and of `scaar`).
 
 A weighting returns each unit's normalised weight r'(u) (summing to the number of units, so the mean
 weight is 1); the unit's threshold is exp(r'(u)) * theta. ORIGIN returns None: every threshold is
@@ -49,11 +49,37 @@ def normalise(weights: list[float]) -> list[float]:
     return [len(weights) * w / total for w in weights]
 
 
-def origin_weights(lookahead: LookAhead, units: list[Unit], context) -> list[float] | None:
+@dataclass
+class TriggerContext:
+    """What weightings and queries may read besides the look-ahead: the question, the answer so far,
+    the method's settings, and (for SCW/PFQ) the similarity encoder with per-sentence memo."""
+
+    question: str
+    answer_so_far: str = ""
+    top_n: int = 35
+    alpha: float = 0.5
+    similarity: object = None
+    memo: dict = field(default_factory=dict)
+
+    def contributions(self, sentence, units: list[Unit]) -> list[float]:
+        from .contribution import contributions
+
+        key = (self.question, sentence.start, sentence.text, tuple((u.start, u.end) for u in units))
+        if key not in self.memo:
+            self.memo[key] = contributions(self.similarity, self.question, sentence.text, sentence.start, units)
+        return self.memo[key]
+
+
+def origin_weights(lookahead: LookAhead, sentence, units: list[Unit], context: TriggerContext) -> None:
     return None
 
 
-def attention_weights(lookahead: LookAhead, units: list[Unit], context) -> list[float]:
+def scw_weights(lookahead: LookAhead, sentence, units: list[Unit], context: TriggerContext) -> list[float]:
+    """SCAAR's SCW (Eq. 2): r'(w) = |s| r(w) / sum r, r the leave-one-out semantic contribution."""
+    return normalise(context.contributions(sentence, units))
+
+
+def attention_weights(lookahead: LookAhead, sentence, units: list[Unit], context: TriggerContext) -> list[float]:
     """DRAGIN's attention importance per unit: the attention later tokens pay to its tokens, summed."""
     received = attention_received(attention_matrix(lookahead, "full"))
     return normalise([float(sum(received[t] for t in unit.tokens)) for unit in units])
@@ -68,6 +94,7 @@ class Weighting:
 WEIGHTINGS: dict[str, Weighting] = {
     "origin": Weighting(origin_weights),
     "attn": Weighting(attention_weights, frozenset({ATTENTIONS})),
+    "scw": Weighting(scw_weights),
 }
 
 
@@ -87,17 +114,36 @@ def masked_sentence(sentence_text: str, sentence_start: int, units: list[Unit], 
     return " ".join(text.split())
 
 
-def current_sentence_query(lookahead: LookAhead, sentence, detection: Detection, context) -> str:
+def current_sentence_query(lookahead: LookAhead, sentence, detection: Detection, context: TriggerContext) -> str:
     """Curr-Sent: the sentence's confident words (the flagged ones dropped), in order."""
     return " ".join(u.text for k, u in enumerate(detection.units) if k not in set(detection.flagged))
 
 
-def real_words_query_of(lookahead: LookAhead, sentence, detection: Detection, context) -> str:
+def real_words_query_of(lookahead: LookAhead, sentence, detection: Detection, context: TriggerContext) -> str:
     """Real-Words: DRAGIN's QFS, ranked by the attention of the first flagged token."""
     token = detection.first_flagged_token()
     if token is None:
         return ""
-    return real_words_query(lookahead, token, context["question"], context["answer_so_far"], context["top_n"])
+    return real_words_query(lookahead, token, context.question, context.answer_so_far, context.top_n)
+
+
+def percentile_filter(contributions: list[float], alpha: float) -> list[int]:
+    """Indices of the top `alpha` fraction of units by contribution (at least one when alpha > 0;
+    ties broken by position), in their original order (SCAAR Algorithm 1's alpha-percentile filter)."""
+    if not contributions or alpha <= 0:
+        return []
+    count = max(1, math.ceil(alpha * len(contributions) - 1e-9))
+    ranked = sorted(range(len(contributions)), key=lambda k: (-contributions[k], k))[:count]
+    return sorted(ranked)
+
+
+def pfq_query(lookahead: LookAhead, sentence, detection: Detection, context: TriggerContext) -> str:
+    """PFQ: the sentence's most contributing words (top alpha), hallucinated ones dropped, appended to
+    the question in their original order."""
+    contributions = context.contributions(sentence, detection.units)
+    flagged = set(detection.flagged)
+    kept = [detection.units[k].text for k in percentile_filter(contributions, context.alpha) if k not in flagged]
+    return " ".join([context.question, *kept])
 
 
 @dataclass(frozen=True)
@@ -109,4 +155,7 @@ class Query:
 QUERIES: dict[str, Query] = {
     "curr-sent": Query(current_sentence_query),
     "real-words": Query(real_words_query_of, frozenset({ATTENTIONS})),
+    "pfq": Query(pfq_query),
 }
+
+NEEDS_SIMILARITY = {"scw", "pfq"}  # parts that call the similarity encoder
