@@ -299,3 +299,52 @@ def test_any_language_model_eos_and_concurrency_cap():
     finally:
         server.shutdown()
         server.server_close()
+
+
+class OverlapRetriever:
+    """A small real lexical retriever over the demo passages (shared words, ties by id): deterministic,
+    no index needed, so both backends see the same passages for the same query."""
+
+    def __init__(self):
+        import csv
+
+        from conftest import REPO
+        from adaptive_rag.retrieval import Hit
+
+        with open(REPO / "data/demo/psgs_demo.tsv", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+        self.passages = [Hit(r["id"], r["title"], r["text"], 0.0) for r in rows]
+
+    def search(self, query, k):
+        words = set(query.lower().split())
+        scored = sorted(self.passages, key=lambda h: (-len(words & set(f"{h.title} {h.text}".lower().split())), h.id))
+        return scored[:k]
+
+
+def test_scaar_on_the_api_backend_decides_like_the_white_box_run(api, hf):
+    """SCAAR needs only token probabilities: through the real `serve` process and the openai client it
+    makes the same retrieval decisions, queries and answers as the same model in-process."""
+    from conftest import REPO
+    from adaptive_rag.config import Section
+    from adaptive_rag.data.datasets import load_dataset
+    from adaptive_rag.methods.base import Context
+    from adaptive_rag.methods.scaar import SCAAR
+    from adaptive_rag.prompts.fewshot import load_exemplars
+
+    examples = load_dataset("hotpotqa", REPO / "data/demo/hotpot_demo.json")[:4]
+    exemplars = load_exemplars(REPO / "data/demo/exemplars.json", 2)
+    section = Section({"theta": 0.05, "alpha": 0.5, "keep": "first-sentence", "max_retrievals": 2},
+                      "methods.scaar", "params.yaml")
+    settings = SCAAR.read_settings(section)
+    runs = {}
+    for name, lm in (("api", api), ("hf", hf)):
+        ctx = Context(lm=lm, exemplars=exemplars, prompt_format="chat", max_new_tokens=24,
+                      retriever=OverlapRetriever(), answer_fallback_tokens=6)
+        runs[name] = SCAAR(settings, ctx).answer_batch(examples)
+    decisions = {name: [[(s["phase"], s.get("kept"), s.get("query"), s.get("retrieved"),
+                          (s.get("detection") or {}).get("flagged")) for s in a.steps] for a in answers]
+                 for name, answers in runs.items()}
+    assert decisions["api"] == decisions["hf"]
+    assert [a.output for a in runs["api"]] == [a.output for a in runs["hf"]]
+    assert [a.counters() for a in runs["api"]] == [a.counters() for a in runs["hf"]]
+    assert sum(a.retrievals for a in runs["hf"]) > 0  # the comparison covers retrieval decisions

@@ -87,6 +87,8 @@ class Continuation:
     `attentions[i]` is the attention row of generated token i (as the query) over the prompt, the
     tokens generated before it and itself (length prompt_tokens + i + 1), head-averaged at the
     requested layer; `hidden[i]` is that layer's hidden state at generated token i's position.
+    With attentions, `meta["prompt_tokens"]` holds the texts of the prompt's own (non-shared) last
+    tokens, which are the last columns of the prompt part of each row.
     """
 
     text: str  # decoded continuation, cut before any stop string

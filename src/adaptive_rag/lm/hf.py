@@ -294,29 +294,7 @@ class HFModel:
     # ---- token texts ----------------------------------------------------------------------------
 
     def token_texts(self, ids: list[int]) -> list[str]:
-        """Each token's contribution to the decoded text; they always join to exactly `decode(ids)`.
-
-        Decoding growing prefixes handles SentencePiece's leading spaces; a token holding only part of
-        a multi-byte character decodes to U+FFFD until the character completes, so earlier texts are
-        trimmed back to the common prefix and the completing token gets the character.
-        """
-        texts: list[str] = []
-        joined = ""
-        for n in range(1, len(ids) + 1):
-            current = self.tokenizer.decode(ids[:n], skip_special_tokens=True)
-            common = 0
-            while common < min(len(joined), len(current)) and joined[common] == current[common]:
-                common += 1
-            excess = len(joined) - common
-            for back in range(len(texts) - 1, -1, -1):
-                if excess <= 0:
-                    break
-                cut = min(excess, len(texts[back]))
-                texts[back] = texts[back][:len(texts[back]) - cut]
-                excess -= cut
-            texts.append(current[common:])
-            joined = current
-        return texts
+        return token_texts(self.tokenizer, ids)
 
 
 class _RowState:
@@ -370,3 +348,29 @@ def _sample_rows(logits, generators, params: SamplingParams):
     cumulative = probs.cumsum(-1)
     draws = torch.stack([torch.rand((), generator=g) for g in generators]).to(cumulative.device)
     return torch.searchsorted(cumulative, draws[:, None]).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def token_texts(tokenizer, ids: list[int]) -> list[str]:
+    """Each token's contribution to the decoded text; they always join to exactly `decode(ids)`.
+
+    Decoding growing prefixes handles SentencePiece's leading spaces; a token holding only part of
+    a multi-byte character decodes to U+FFFD until the character completes, so earlier texts are
+    trimmed back to the common prefix and the completing token gets the character.
+    """
+    texts: list[str] = []
+    joined = ""
+    for n in range(1, len(ids) + 1):
+        current = tokenizer.decode(ids[:n], skip_special_tokens=True)
+        common = 0
+        while common < min(len(joined), len(current)) and joined[common] == current[common]:
+            common += 1
+        excess = len(joined) - common
+        for back in range(len(texts) - 1, -1, -1):
+            if excess <= 0:
+                break
+            cut = min(excess, len(texts[back]))
+            texts[back] = texts[back][:len(texts[back]) - cut]
+            excess -= cut
+        texts.append(current[common:])
+        joined = current
+    return texts
