@@ -26,6 +26,7 @@ include: "workflow/rules/splits.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/ablations.smk"
 
 
 rule all:

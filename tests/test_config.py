@@ -18,7 +18,7 @@ def base():
 def test_repository_params_are_valid(base):
     params = parse_params(base)
     assert params.experiment_methods == ["wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin"]
-    assert params.methods["sr-rag"].settings == {"top_k": 3}
+    assert params.methods["sr-rag"].settings == {"top_k": 3, "retriever": None}
     assert params.generation.decoding == "greedy"
 
 
@@ -60,7 +60,7 @@ def test_method_entry_may_be_empty_and_type_defaults_to_name(base):
     base["methods"]["sr-rag-k5"] = {"type": "sr-rag", "top_k": 5}
     params = parse_params(base)
     assert params.methods["wo-rag"].type == "wo-rag"
-    assert params.methods["sr-rag-k5"].settings == {"top_k": 5}
+    assert params.methods["sr-rag-k5"].settings == {"top_k": 5, "retriever": None}
 
 
 def test_unreadable_files(tmp_path):

