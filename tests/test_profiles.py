@@ -14,7 +14,7 @@ from adaptive_rag.config import load_params
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
-@pytest.mark.parametrize("name", ["demo", "shared", "paper"])
+@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar"])
 def test_profiles_are_valid(name):
     load_params(REPO / "params" / f"{name}.yaml")
 
@@ -30,7 +30,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     run([*cli, "profile", "paper"], tmp_path)
     assert (tmp_path / "params.yaml").read_text() == (REPO / "params" / "paper.yaml").read_text()
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
-    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, shared" in result.stderr
+    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, shared" in result.stderr
 
 
 def test_paper_profile_plans_downloads_for_every_input(tmp_path):

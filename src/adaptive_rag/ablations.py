@@ -127,7 +127,9 @@ def _significance(name, s, names, datasets, methods_section_data, validate) -> A
     if len(names) != 1:
         raise s.fail("datasets", "a significance plot shows one question of one dataset")
     s.str("plot")
-    question = s.str("question")
+    question = s.raw("question", None)  # None: the split's first question
+    if question is not None and (not isinstance(question, str) or not question):
+        raise s.fail("question", f"expected a question id, got {question!r}")
     base = s.str("method", "scaar")
     if base not in methods_section_data:
         raise s.fail("method", f"names {base!r}, which is not under methods:")

