@@ -76,3 +76,42 @@ def test_yes_no_questions_reduce_the_prediction_first(prediction, gold, em):
 )
 def test_answer_extraction(text, answer, found):
     assert extract_answer(text) == (answer, found)
+
+
+def test_efficiency_counters_and_s_eff_in_the_report(tmp_path):
+    """N_R and DioR's counters are means over questions; S_eff = (F1 - wo-RAG's F1) / N_R per dataset
+    (EM for StrategyQA), blank for wo-RAG itself and for a method that never retrieved."""
+    import json
+
+    import pandas
+    import yaml
+
+    from adaptive_rag.config import parse_params
+    from adaptive_rag.evaluation.score import score_run
+    from adaptive_rag.reports.tables import collect_scores, distribution_table, retrieval_distribution
+    from conftest import REPO
+
+    def run(name, predictions, retrievals):
+        path = tmp_path / f"{name}.jsonl"
+        rows = [{"id": f"q{i}", "prediction": p, "answers": ["Paris"], "retrievals": r,
+                 "counters": {"retrievals": r, "llm_calls": r + 1, "detections": r, "generated_tokens": 10 * (r + 1),
+                              "sentences": r + 2}}
+                for i, (p, r) in enumerate(zip(predictions, retrievals))]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        out = tmp_path / f"{name}.json"
+        out.write_text(json.dumps({"dataset": "demo", "method": name, **score_run(path)}))
+        return out
+
+    scores = [run("wo-rag", ["Rome", "Paris", "Lyon", "Rome"], [0, 0, 0, 0]),
+              run("flare", ["Paris", "Paris", "Lyon", "Paris"], [1, 2, 0, 3]),
+              run("sr-rag", ["Rome", "Rome", "Rome", "Rome"], [0, 0, 0, 0])]
+    summary = json.loads(scores[1].read_text())["summary"]
+    assert (summary["N_R"], summary["Rc"], summary["Gc"], summary["Hc"], summary["Tc"], summary["Sc"]) == \
+        (1.5, 1.5, 2.5, 1.5, 25.0, 3.5)
+    assert summary["retrievals_histogram"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+    params = parse_params(yaml.safe_load((REPO / "params.yaml").read_text()))
+    frame = collect_scores(scores, params).set_index("method")
+    assert frame.loc["flare", "S_eff"] == pytest.approx((0.75 - 0.25) / 1.5)  # F1 .75 vs .25, N_R 1.5
+    assert pandas.isna(frame.loc["wo-rag", "S_eff"]) and pandas.isna(frame.loc["sr-rag", "S_eff"])  # N_R = 0
+    wide = distribution_table(retrieval_distribution(scores)).set_index("method")
+    assert wide.loc["flare", "3 retrievals"] == 1 and wide.loc["wo-rag", "0 retrievals"] == 4
