@@ -96,8 +96,9 @@ def distribution_table(long):
 def write_tables(frame, markdown: Path, csv: Path, latex: Path | None = None) -> None:
     with atomic_write(csv) as handle:
         frame.to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
+    shown = frame.astype(object).where(frame.notna(), None)  # NaN (e.g. S_eff without retrievals) -> "–"
     with atomic_write(markdown) as handle:
-        handle.write(frame.to_markdown(index=False, floatfmt=".4f", missingval="–") + "\n")
+        handle.write(shown.to_markdown(index=False, floatfmt=".4f", missingval="–") + "\n")
     if latex is not None:
         with atomic_write(latex) as handle:
             handle.write(frame.to_latex(index=False, float_format="%.4f", na_rep="--", escape=True))
