@@ -126,7 +126,19 @@ def test_capability_errors_come_before_any_generation(tiny_model_dir):
 
     data = yaml.safe_load((REPO / "params.yaml").read_text())
     data["model"].update(backend="api", api={"base_url": "http://127.0.0.1:9/v1", "model": "x"})
-    parse_params(data)  # wo-rag and sr-rag need only token log-probabilities
+    black_box = ("wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "scaar")  # token log-probabilities only
+    white_box = {name: data["methods"].pop(name) for name in list(data["methods"]) if name not in black_box}
+    data.pop("ablations")
+    data["experiment"]["methods"] = ["wo-rag", "sr-rag"]
+    parse_params(data)
+    data["methods"]["dragin"] = white_box["dragin"]
+    with pytest.raises(ConfigError, match="methods.dragin: method type 'dragin' needs attentions, entropy"):
+        parse_params(data)
+    data["methods"]["scaar-attn"] = {"type": "scaar", "weighting": "attn"}  # needs depend on settings
+    del data["methods"]["dragin"]
+    with pytest.raises(ConfigError, match="methods.scaar-attn: method type 'scaar' needs attentions"):
+        parse_params(data)
+    del data["methods"]["scaar-attn"]
     data["model"]["backend"] = "hf"
     with pytest.raises(ConfigError, match="model.api: is only used with backend: api"):
         parse_params(data)
@@ -144,7 +156,8 @@ class FakeRetriever:
 @pytest.mark.parametrize("prompt_format", ["raw", "chat"])
 def test_methods_answer_batches_through_the_model(lm, prompt_format):
     retriever = FakeRetriever()
-    ctx = Context(lm=lm, exemplars=EXEMPLARS, prompt_format=prompt_format, max_new_tokens=5, retriever=retriever)
+    ctx = Context(lm=lm, exemplars=EXEMPLARS, prompt_format=prompt_format, max_new_tokens=5, retriever=retriever,
+                  answer_fallback_tokens=0)  # one generation call per batch, nothing appended
     examples = [Example(f"q{i}", q, ["Carrowmere"], "span") for i, q in enumerate(QUESTIONS[:2])]
     no_rag = method_class("wo-rag")({}, ctx).answer_batch(examples)
     assert [a.retrievals for a in no_rag] == [0, 0] and "Context:" not in json.dumps(no_rag[0].prompt)

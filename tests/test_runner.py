@@ -84,7 +84,8 @@ def test_call_cache_is_shared_across_runs_and_reported(job):
         edit_params(root, lambda d: d["generation"].update(cache=None))
     first = json.loads((root / "cached-1/provenance.json").read_text())["call_cache"]["generate"]
     second = json.loads((root / "cached-2/provenance.json").read_text())["call_cache"]["generate"]
-    assert first == {"hits": 0, "misses": 12} and second == {"hits": 12, "misses": 0}
+    # 12 generations plus the answer fallback's calls: all misses the first time, all hits the second
+    assert first["hits"] == 0 and first["misses"] >= 12 and second == {"hits": first["misses"], "misses": 0}
     assert (root / "cached-1/predictions.jsonl").read_bytes() == (root / "cached-2/predictions.jsonl").read_bytes()
 
 

@@ -224,7 +224,12 @@ class Params:
 
     def method(self, name: str) -> MethodConfig:
         if name not in self.methods:
-            raise ConfigError(f"unknown method {name!r}; params.yaml defines: {', '.join(self.methods)}")
+            from .ablations import SEPARATOR
+
+            base = [n for n in self.methods if SEPARATOR not in n]
+            variants = len(self.methods) - len(base)
+            more = f" (and {variants} ablation variants, `<ablation>{SEPARATOR}<values>`)" if variants else ""
+            raise ConfigError(f"unknown method {name!r}; params.yaml defines: {', '.join(base)}{more}")
         return self.methods[name]
 
 

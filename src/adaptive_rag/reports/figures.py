@@ -46,7 +46,7 @@ def plot_retrievals(long, path: Path) -> None:
 
     sns.set_theme(style="whitegrid")
     grid = sns.catplot(data=long, kind="bar", x="retrievals", y="questions", hue="method", col="dataset",
-                       height=3.6, aspect=1.4)
+                       hue_order=list(dict.fromkeys(long["method"])), height=3.6, aspect=1.4)
     grid.set_axis_labels("retrievals per question", "questions")
     grid.set_titles("dataset: {col_name}")
     save(grid.figure, path)
