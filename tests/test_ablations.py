@@ -119,3 +119,15 @@ def test_significance_needs_one_dataset_and_an_encoder(base):
     base["ablations"]["word-significance"].update(datasets=["demo"], method="dragin")
     with pytest.raises(ConfigError, match="'dragin' has no `similarity` encoder"):
         parse_params(base)
+
+
+def test_a_method_sweep_keeps_the_base_name_for_its_lines(base, tmp_path):
+    params = parse_params(base)
+    ablation = params.ablations["scaar-theta"]
+    paths = [fake_score(tmp_path / "wo.json", "demo-small", "wo-rag", [0.1, 0.1], 0.0)]
+    for k, variant in enumerate(ablation.variants):
+        paths.append(fake_score(tmp_path / f"{k}.json", "demo-small", variant.method, [0.2, 0.3], 1.0))
+    frame = ablation_frame(ablation, paths, params)
+    assert list(frame["method"]) == ["flare-word"] * 3 + ["scaar"] * 3  # the hue of the lines plot
+    assert frame["run"].iloc[0] == "scaar-theta--flare-word-0.9"
+    assert write_ablation(ablation, frame, tmp_path / "theta")[3].stat().st_size > 0

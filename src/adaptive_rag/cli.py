@@ -181,7 +181,7 @@ def cmd_ablation(args) -> None:
     frame = ablation_frame(ablation, [Path(p) for p in args.scores], params)
     for path in write_ablation(ablation, frame, Path(args.out_prefix)):
         print(f"wrote {path}")
-    print(frame.drop(columns=["method"]).to_string(index=False))
+    print(frame.drop(columns=["run"]).to_string(index=False))
 
 
 def cmd_significance(args) -> None:

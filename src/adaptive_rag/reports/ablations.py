@@ -28,9 +28,9 @@ def ablation_frame(ablation, score_paths: list[Path], params):
             row = {"dataset": dataset, **{k: str(v) for k, v in variant.values.items()}}
             row.update({m: data["summary"].get(m) for m in METRICS if m != "S_eff"})
             row["S_eff"] = s_eff(data, base, metric) if base is not None else None
-            row["method"] = variant.method
+            row["run"] = variant.method  # the generated configuration (data/runs/<dataset>/<run>)
             rows.append(row)
-    return pd.DataFrame(rows)[["dataset", *ablation.vary, *METRICS, "method"]]
+    return pd.DataFrame(rows)[["dataset", *ablation.vary, *METRICS, "run"]]
 
 
 def write_ablation(ablation, frame, prefix: Path) -> list[Path]:
@@ -54,7 +54,7 @@ def _theme():
 
 
 def _label(frame, keys):
-    return frame[list(keys)].astype(str).agg(", ".join, axis=1) if keys else frame["method"]
+    return frame[list(keys)].astype(str).agg(", ".join, axis=1) if keys else frame["run"]
 
 
 def plot_lines(ablation, frame, path: Path) -> None:
