@@ -117,11 +117,12 @@ def plot_grid(ablation, frame, path: Path) -> None:
         for j, (winner, over) in enumerate((("weighting", "query"), ("query", "weighting"))):
             ax = axes[i][len(thetas) + j]
             group = [over] + (["theta"] if "theta" in part else [])
-            wins = part.loc[part.groupby(group)["f1"].idxmax(), winner].value_counts()
+            best = part.groupby(group)["f1"].transform("max")
+            wins = part.loc[part["f1"] == best, winner].value_counts()  # a tie is a win for each tied cell
             wins = wins.reindex([str(v) for v in ablation.vary[winner]], fill_value=0)
             sns.barplot(x=wins.index, y=wins.values, ax=ax)
             ax.set_xlabel(winner)
-            ax.set_ylabel(f"wins (best F1 per {' x '.join(group)})")
+            ax.set_ylabel(f"wins (best F1 per {' x '.join(group)}; ties count for each)")
             ax.set_title(f"{dataset}: {winner} win counts")
     figure.tight_layout()
     save(figure, path)
