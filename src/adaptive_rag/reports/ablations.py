@@ -122,8 +122,8 @@ def plot_grid(ablation, frame, path: Path) -> None:
             wins = wins.reindex([str(v) for v in ablation.vary[winner]], fill_value=0)
             sns.barplot(x=wins.index, y=wins.values, ax=ax)
             ax.set_xlabel(winner)
-            ax.set_ylabel(f"wins (best F1 per {' x '.join(group)}; ties count for each)")
-            ax.set_title(f"{dataset}: {winner} win counts")
+            ax.set_ylabel(f"wins (best F1 per {' x '.join(group)})")
+            ax.set_title(f"{dataset}: {winner} wins (ties: each)")
     figure.tight_layout()
     save(figure, path)
 
