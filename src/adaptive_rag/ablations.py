@@ -66,12 +66,12 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
         _check_name(section, name, "ablation")
         s = section.section(name)
         names = s.str_list("datasets")
-        if s.data.get("plot") == "significance":
-            ablations[name] = _significance(name, s, names, datasets, methods_section_data, validate)
-            continue
         for dataset in names:
             if dataset not in datasets:
                 raise s.fail("datasets", f"names {dataset!r}, which is not under datasets: ({', '.join(datasets)})")
+        if s.data.get("plot") == "significance":
+            ablations[name] = _significance(name, s, names, methods_section_data, validate)
+            continue
         vary = s.section("vary")
         axes: dict[str, list] = {}
         for key, values in vary.data.items():
@@ -119,11 +119,8 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
     return ablations, generated
 
 
-def _significance(name, s, names, datasets, methods_section_data, validate) -> Ablation:
+def _significance(name, s, names, methods_section_data, validate) -> Ablation:
     """`plot: significance` (SCAAR Figure 3): one question, ATTN vs SCW weights of its words."""
-    for dataset in names:
-        if dataset not in datasets:
-            raise s.fail("datasets", f"names {dataset!r}, which is not under datasets: ({', '.join(datasets)})")
     if len(names) != 1:
         raise s.fail("datasets", "a significance plot shows one question of one dataset")
     s.str("plot")

@@ -86,15 +86,17 @@ def attention_weights(lookahead: LookAhead, sentence, units: list[Unit], context
 
 
 @dataclass(frozen=True)
-class Weighting:
+class Part:
+    """A named weighting or query: its function and the model capabilities it needs."""
+
     function: Callable
     needs: frozenset[str] = frozenset()
 
 
-WEIGHTINGS: dict[str, Weighting] = {
-    "origin": Weighting(origin_weights),
-    "attn": Weighting(attention_weights, frozenset({ATTENTIONS})),
-    "scw": Weighting(scw_weights),
+WEIGHTINGS: dict[str, Part] = {
+    "origin": Part(origin_weights),
+    "attn": Part(attention_weights, frozenset({ATTENTIONS})),
+    "scw": Part(scw_weights),
 }
 
 
@@ -146,16 +148,10 @@ def pfq_query(lookahead: LookAhead, sentence, detection: Detection, context: Tri
     return " ".join([context.question, *kept])
 
 
-@dataclass(frozen=True)
-class Query:
-    function: Callable
-    needs: frozenset[str] = frozenset()
-
-
-QUERIES: dict[str, Query] = {
-    "curr-sent": Query(current_sentence_query),
-    "real-words": Query(real_words_query_of, frozenset({ATTENTIONS})),
-    "pfq": Query(pfq_query),
+QUERIES: dict[str, Part] = {
+    "curr-sent": Part(current_sentence_query),
+    "real-words": Part(real_words_query_of, frozenset({ATTENTIONS})),
+    "pfq": Part(pfq_query),
 }
 
 NEEDS_SIMILARITY = {"scw", "pfq"}  # parts that call the similarity encoder
