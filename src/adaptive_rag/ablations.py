@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .settings import check_name
 
 PLOTS = ("grid", "lines", "table", "significance")
 SEPARATOR = "--"
@@ -59,11 +60,9 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
     """(ablations by name, generated method configurations by name) from the `ablations:` section.
 
     `validate(name, type, data, path)` turns raw settings into a MethodConfig (the normal path)."""
-    from .config import Section, _check_name
-
     ablations, generated = {}, {}
     for name in section.data:
-        _check_name(section, name, "ablation")
+        check_name(section, name, "ablation")
         s = section.section(name)
         names = s.str_list("datasets")
         for dataset in names:

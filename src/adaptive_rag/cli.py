@@ -157,16 +157,42 @@ def cmd_report(args) -> None:
     from .reports.figures import plot_retrievals, plot_scores
     from .reports.tables import collect_scores, distribution_table, retrieval_distribution, write_tables
 
+    if bool(args.retrievals_md) != bool(args.retrievals_csv):
+        raise ConfigError("--retrievals-md and --retrievals-csv go together")
     paths = [Path(p) for p in args.scores]
     frame = collect_scores(paths, load_params(args.params))
     write_tables(frame, Path(args.table_md), Path(args.table_csv), Path(args.table_tex) if args.table_tex else None)
     plot_scores(frame, Path(args.figure))
-    if args.retrievals_md:
+    if args.retrievals_md or args.retrievals_figure:
         long = retrieval_distribution(paths)
-        write_tables(distribution_table(long), Path(args.retrievals_md), Path(args.retrievals_md).with_suffix(".csv"))
+        if args.retrievals_md:
+            write_tables(distribution_table(long), Path(args.retrievals_md), Path(args.retrievals_csv))
         if args.retrievals_figure:
             plot_retrievals(long, Path(args.retrievals_figure))
     print(frame.to_string(index=False))
+
+
+TABLE_START, TABLE_END = "<!-- methods-table:start -->", "<!-- methods-table:end -->"
+
+
+def cmd_methods(args) -> None:
+    from .methods.registry import methods_table
+
+    table = methods_table()
+    if not args.update:
+        print(table, end="")
+        return
+    path = Path(args.update)
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if text.count(TABLE_START) != 1 or text.count(TABLE_END) != 1 or text.index(TABLE_START) > text.index(TABLE_END):
+        raise InputError(f"{path}: needs one line {TABLE_START} and, after it, one line {TABLE_END}")
+    head, rest = text.split(TABLE_START)
+    tail = rest.split(TABLE_END)[1]
+    from .io import atomic_write
+
+    with atomic_write(path) as handle:
+        handle.write(f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}")
+    print(f"{path}: methods table rewritten ({table.count(chr(10)) - 2} method types)")
 
 
 def cmd_ablation(args) -> None:
@@ -185,7 +211,8 @@ def cmd_ablation(args) -> None:
 
 
 def cmd_significance(args) -> None:
-    from .reports.significance import word_significance, write_significance
+    from .methods.parts.significance import word_significance
+    from .reports.significance import write_significance
 
     params = load_params(args.params)
     question, sentence, rows = word_significance(params, args.dataset, args.question, Path(args.split),
@@ -207,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     step("check-params", cmd_check_params, "validate params.yaml and print a summary")
+    p = step("methods", cmd_methods, "list every method type: when and what it retrieves, what it needs, its "
+                                     "settings with their defaults (markdown; docs/methods.md holds the same table)")
+    p.add_argument("--update", metavar="FILE", help="rewrite the table between the methods-table markers of FILE "
+                                                    "(docs/methods.md) instead of printing it")
     p = step("profile", cmd_profile, "replace params.yaml with a profile from params/ (demo, shared, paper)")
     p.add_argument("name")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
@@ -244,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--table-md", "--table-csv", "--figure"):
         p.add_argument(flag, required=True)
     p.add_argument("--table-tex", help="also write the table as LaTeX")
-    p.add_argument("--retrievals-md", help="questions per number of retrievals (markdown; CSV beside it)")
+    p.add_argument("--retrievals-md", help="questions per number of retrievals (markdown; needs --retrievals-csv)")
+    p.add_argument("--retrievals-csv", help="the same table as CSV")
     p.add_argument("--retrievals-figure", help="the same distribution as a bar chart")
     p = step("ablation", cmd_ablation, "one ablation's table (md, CSV, LaTeX) and figure from its variants' scores")
     p.add_argument("--name", required=True, help="the ablation's name under `ablations:`")

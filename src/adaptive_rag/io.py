@@ -70,17 +70,42 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
         raise InputError(f"{path}: line {exc.lineno}: invalid JSON ({exc.msg})") from None
 
 
-def read_jsonl(path: str | os.PathLike, what: str = "JSONL file") -> list[dict]:
+def iter_jsonl(path: str | os.PathLike, what: str = "JSONL file") -> Iterator[tuple[int, Any]]:
+    """(1-based line number, parsed object) for each non-blank line; errors name the file and line."""
     path = require_file(path, what)
-    records = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
+    with open(path, "rb") as handle:
+        for lineno, raw_line in enumerate(handle, 1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}: line {lineno}: not UTF-8 text ({exc.reason})") from None
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
+
+
+def read_jsonl(path: str | os.PathLike, what: str = "JSONL file") -> list[Any]:
+    return [record for _, record in iter_jsonl(path, what)]
+
+
+def recover_log(path: str | os.PathLike) -> list[Any]:
+    """The records of an append-only JSONL log whose writer may have been killed mid-line: every
+    complete line up to the first one that does not parse; the torn tail is cut off the file, so the
+    next append starts on a clean line."""
+    records, good = [], 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                break
+            good += len(line)
+    if good != os.path.getsize(path):
+        with open(path, "r+b") as handle:
+            handle.truncate(good)
     return records
 
 

@@ -14,7 +14,6 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -27,10 +26,12 @@ from .config import Params, as_dict
 from .data.datasets import Example
 from .errors import InputError
 from .evaluation.answer import extract_answer
-from .io import dumps_line, read_jsonl, write_json, write_jsonl
-from .methods import method_class
+from .io import dumps_line, read_jsonl, recover_log, write_json, write_jsonl
+from .lm.factory import build_model
+from .methods.registry import method_class
 from .methods.base import Context
 from .prompts.fewshot import load_exemplars
+from .retrieval.factory import open_retriever
 
 PROGRESS = ".progress"
 
@@ -41,55 +42,10 @@ def process_rank() -> tuple[int, int, int]:
             int(os.environ.get("LOCAL_RANK", 0)))
 
 
-def build_model(params: Params, model_dir: Path | None, local_rank: int = 0):
-    """The configured backend, wrapped in the shared call cache when one is configured."""
-    if params.model.backend == "api":
-        from .lm.api import APIModel
-
-        api = params.model.api
-        lm = APIModel(api.base_url, api.model, concurrency=api.concurrency, max_retries=api.max_retries)
-    else:
-        from .lm.hf import HFModel
-
-        device = params.model.device
-        if device == "cuda":
-            device = f"cuda:{local_rank}"
-        lm = HFModel(model_dir, params.model.dtype, device, params.generation.threads, params.seed,
-                     params.generation.batch_size)
-    if params.generation.cache:
-        from .lm.cache import CachedModel, CallCache
-
-        lm = CachedModel(lm, CallCache(params.generation.cache))
-    return lm
-
-
-def build_retriever(params: Params, index_dir: Path, retrieval_type: str | None = None):
-    if (retrieval_type or params.retrieval.type) == "dense":
-        from .retrieval.dense import DenseRetriever
-
-        return DenseRetriever(index_dir)
-    from .retrieval.bm25 import BM25Retriever
-
-    return BM25Retriever(index_dir, params.retrieval.k1, params.retrieval.b)
-
-
 def _read_progress(progress_dir: Path) -> dict[int, list[dict]]:
     """Finished batches from every process's log; a line cut short by a kill is dropped (and trimmed)."""
-    done: dict[int, list[dict]] = {}
-    for path in sorted(progress_dir.glob("rank*.jsonl")):
-        good = 0
-        with open(path, "rb") as handle:
-            for line in handle:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    break
-                done[entry["batch"]] = entry["records"]
-                good += len(line)
-        if good != path.stat().st_size:
-            with open(path, "r+b") as handle:
-                handle.truncate(good)
-    return done
+    return {entry["batch"]: entry["records"] for path in sorted(progress_dir.glob("rank*.jsonl"))
+            for entry in recover_log(path)}
 
 
 def run_generation(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
@@ -113,7 +69,8 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     if cls.needs_retriever:
         if index_dir is None:
             raise InputError(f"method {method!r} retrieves but no index was given (--index)")
-        retriever = build_retriever(params, index_dir, settings.get("retriever"))
+        retriever = open_retriever(params.retriever_kind(dataset, method), index_dir, params.retrieval.k1,
+                                   params.retrieval.b)
     lm = build_model(params, model_dir, local_rank) if mine else None
     if lm is not None:
         from .lm.base import require

@@ -5,7 +5,7 @@ import shlex
 import sys
 
 from adaptive_rag.config import as_dict
-from adaptive_rag.methods import method_class
+from adaptive_rag.methods.registry import method_class
 from adaptive_rag.prompts.fewshot import resolve_exemplars
 
 # The Python running Snakemake runs the steps too, so an unactivated venv works the same.
@@ -14,7 +14,8 @@ MODEL_DIR = f"data/models/{P.model.name}"
 COLLECTION_DIR = f"data/corpus/{P.corpus.name}"
 INDEX_DIR = f"data/index/{P.corpus.name}/bm25"
 DENSE_DIR = f"data/index/{P.corpus.name}/dense"
-SEARCH_INDEX = DENSE_DIR if P.retrieval.type == "dense" else INDEX_DIR  # what retrieving methods search
+INDEX_DIRS = {"bm25": INDEX_DIR, "dense": DENSE_DIR}  # by retriever kind (Params.retriever_kind picks one)
+SEARCH_INDEX = INDEX_DIRS[P.retrieval.type]  # what retrieving methods search unless they name a retriever
 SPLIT = "data/splits/{dataset}.jsonl"
 RUN_DIR = "data/runs/{dataset}/{method}"
 SCORE = "data/scores/{dataset}/{method}.json"

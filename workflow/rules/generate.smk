@@ -3,9 +3,7 @@ def needs_retriever(method):
 
 
 def search_index(dataset, method):
-    """The index a run searches: the method's own `retriever:` setting, else `retrieval.type`'s."""
-    kind = P.method(method).settings_for(dataset).get("retriever") or P.retrieval.type
-    return DENSE_DIR if kind == "dense" else INDEX_DIR
+    return INDEX_DIRS[P.retriever_kind(dataset, method)]
 
 
 def generate_inputs(wc):

@@ -14,4 +14,5 @@ rule report:
     shell:
         "{CLI} report --scores {input} --table-md {output.table_md} --table-csv {output.table_csv} "
         "--table-tex {output.table_tex} --figure {output.figure} --retrievals-md {output.retrievals_md} "
+        "--retrievals-csv {output.retrievals_csv} "
         "--retrievals-figure {output.retrievals_figure} > {log} 2>&1"

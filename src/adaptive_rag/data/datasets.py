@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import InputError
-from ..io import require_file
+from ..io import iter_jsonl, require_file
 
 log = logging.getLogger("adaptive_rag.data")
 
@@ -166,23 +166,11 @@ def _document(path: Path, key: str) -> list:
 
 
 def _jsonl(path: Path, what: str = "dataset file") -> Iterator[tuple[int, Any]]:
-    """(1-based line number, parsed object) for each non-blank line; errors name the line."""
-    path = require_file(path, what)
+    """(1-based line number, parsed object) for each non-blank line; a file without one is an error."""
     found = False
-    with open(path, "rb") as handle:
-        for lineno, raw_line in enumerate(handle, 1):
-            try:
-                line = raw_line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{path}: line {lineno}: not UTF-8 text ({exc.reason})") from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
-            found = True
-            yield lineno, record
+    for lineno, record in iter_jsonl(path, what):
+        found = True
+        yield lineno, record
     if not found:
         raise InputError(f"{path}: contains no records")
 

@@ -1,8 +1,8 @@
 """The one interface every method uses to talk to a language model, whatever the backend.
 
 Methods ask for *what* they need (greedy continuations with token log-probabilities, sampled
-continuations, forced-token scores, and for white-box models entropies, attentions, hidden states
-or input gradients); backends declare what they can give. A method's needs are checked against a
+continuations, forced-token scores, and for white-box models entropies, attentions or hidden
+states); backends declare what they can give. A method's needs are checked against a
 backend's capabilities when the run is configured, so an impossible combination (attentions from
 an API model) fails before any generation.
 """
@@ -16,7 +16,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .capabilities import (ATTENTIONS, BLACK_BOX, ENTROPY, GRADIENTS, HIDDEN_STATES, LOGPROBS,  # noqa: F401
+from .capabilities import (ATTENTIONS, BLACK_BOX, ENTROPY, HIDDEN_STATES, LOGPROBS,  # noqa: F401
                            SAMPLING, SCORING, WHITE_BOX, missing)
 
 
@@ -101,10 +101,6 @@ class Continuation:
     attentions: list[np.ndarray] | None = None
     hidden: np.ndarray | None = None  # [generated tokens, hidden size]
     meta: dict = field(default_factory=dict)
-
-    @property
-    def sequence_logprob(self) -> float:
-        return float(sum(self.logprobs))
 
 
 @dataclass(frozen=True)

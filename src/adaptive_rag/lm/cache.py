@@ -497,7 +497,7 @@ class CachedModel:
 
     It is itself a LanguageModel with the wrapped model's capabilities and identity, so methods
     never know whether they talk to a cache. Attributes outside the protocol (a tokenizer, a
-    gradient helper) pass through to the wrapped model uncached.
+    token counter) pass through to the wrapped model uncached.
     """
 
     def __init__(self, model: LanguageModel, cache: CallCache | str | os.PathLike):

@@ -8,10 +8,10 @@ SCORING = "scoring"
 ENTROPY = "entropy"
 ATTENTIONS = "attentions"
 HIDDEN_STATES = "hidden_states"
-GRADIENTS = "gradients"
-WHITE_BOX = frozenset({LOGPROBS, SAMPLING, SCORING, ENTROPY, ATTENTIONS, HIDDEN_STATES, GRADIENTS})
+WHITE_BOX = frozenset({LOGPROBS, SAMPLING, SCORING, ENTROPY, ATTENTIONS, HIDDEN_STATES})
 BLACK_BOX = frozenset({LOGPROBS, SAMPLING, SCORING})  # an API returns tokens and their log-probabilities
 BACKEND_CAPABILITIES = {"hf": WHITE_BOX, "api": BLACK_BOX}
+DTYPES = ("float32", "bfloat16", "float16")  # what model.dtype may name; the hf backend maps each to torch
 
 
 def missing(capabilities: frozenset[str], needs) -> list[str]:

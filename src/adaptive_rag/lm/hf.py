@@ -1,6 +1,6 @@
 """White-box backend (transformers): batched greedy steps with token log-probabilities, entropies,
 attentions and hidden states taken from the generation pass itself; seeded sampling; forced-token
-scoring; Integrated-Gradients attribution.
+scoring.
 
 Why it is built this way:
 - The few-shot part of a prompt is the same for every question of a dataset, so it is encoded once
@@ -23,10 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import InputError
+from .capabilities import DTYPES
 from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, Prompt, SamplingParams, cut_at_stop)
-
-TORCH_DTYPES = ("float32", "bfloat16", "float16")
-
 
 class HFModel:
     capabilities = WHITE_BOX
@@ -39,8 +37,8 @@ class HFModel:
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise InputError(f"{model_dir}: not a model directory (run the model step first)")
-        if dtype not in TORCH_DTYPES:
-            raise InputError(f"dtype must be one of {', '.join(TORCH_DTYPES)}; got {dtype!r}")
+        if dtype not in DTYPES:
+            raise InputError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
         if device == "cpu":
             torch.set_num_threads(threads)
         torch.manual_seed(seed)
@@ -236,7 +234,7 @@ class HFModel:
                 result.meta["prompt_tokens"] = self.token_texts(ids[own_shared:])
         return results
 
-    # ---- scoring and attribution ----------------------------------------------------------------
+    # ---- scoring -------------------------------------------------------------------------------
 
     def score(self, prompt: Prompt, continuation: str) -> list[float]:
         """Log-probabilities of the continuation's tokens after the prompt (one forward pass)."""
@@ -247,28 +245,6 @@ class HFModel:
         self.forward_tokens += len(ids)
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         return [float(logprobs[i - 1, ids[i]]) for i in range(start, len(ids))]
-
-    def attribution(self, prompt: Prompt, continuation: str, steps: int = 16) -> list[float]:
-        """Integrated Gradients of the continuation's log-likelihood w.r.t. each prompt token's embedding.
-
-        The path runs from a zero embedding to the real one in `steps` Riemann steps; a token's
-        attribution is the dot product of (embedding - baseline) with the path-averaged gradient.
-        """
-        ids, start = self._with_continuation(prompt, continuation)
-        torch = self.torch
-        input_ids = torch.tensor([ids], device=self.device)
-        embeds = self.model.get_input_embeddings()(input_ids).detach()
-        total = torch.zeros_like(embeds)
-        target = input_ids[0, start:]
-        for k in range(1, steps + 1):
-            scaled = (embeds * (k / steps)).requires_grad_(True)
-            logits = self.model(inputs_embeds=scaled).logits[0, start - 1:-1].float()
-            loglik = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).sum()
-            (grad,) = torch.autograd.grad(loglik, scaled)
-            total += grad
-        self.forward_tokens += steps * len(ids)
-        scores = (embeds * total / steps).sum(-1)[0, :start]
-        return [float(s) for s in scores]
 
     def _with_continuation(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
         ids, _ = self.encode(prompt.with_prefix(prompt.prefix + continuation))

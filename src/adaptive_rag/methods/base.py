@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..evaluation.answer import extract_answer, has_answer
 from ..prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, Exemplar, build_prompt
+from ..retrieval import KINDS
 
 if TYPE_CHECKING:
-    from ..config import Section
+    from ..settings import Section
     from ..data.datasets import Example
     from ..lm.base import Continuation, LanguageModel
     from ..retrieval import Hit, Retriever
@@ -82,8 +83,8 @@ class Method:
     def read_retriever(section: "Section") -> str | None:
         """`retriever: bm25 | dense` searches that index instead of `retrieval.type` (BM25-vs-dense ablations)."""
         value = section.raw("retriever", None)
-        if value not in (None, "bm25", "dense"):
-            raise section.fail("retriever", f"must be bm25, dense or null (retrieval.type); got {value!r}")
+        if value is not None and value not in KINDS:
+            raise section.fail("retriever", f"must be {', '.join(KINDS)} or null (retrieval.type); got {value!r}")
         return value
 
     def search(self, query: str, k: int) -> list["Hit"]:
@@ -140,7 +141,7 @@ class Method:
 
 
 def count_sentences(text: str) -> int:
-    from .text import sentences
+    from .parts.text import sentences
 
     return len(sentences(text)) if text.strip() else 0
 

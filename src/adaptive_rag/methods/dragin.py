@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..lm.base import ATTENTIONS, ENTROPY, Extras
-from . import register
-from .attention import SCOPES, attention_matrix, attention_received, real_words_query
-from .components import Detection
-from .loop import TriggeredRetrieval
-from .text import real_words, stop_words
+from .registry import register
+from .parts.attention import SCOPES, attention_matrix, attention_received, real_words_query
+from .parts.components import Detection
+from .parts.loop import TriggeredRetrieval
+from .parts.text import real_words, stop_words
 
 REFERENCES = {
     "paper": {"attention_scope": "full", "include_diagonal": False, "normalise": False, "filter_order": "before",
@@ -32,13 +32,6 @@ REFERENCES = {
     "dragin-code": {"attention_scope": "generated", "include_diagonal": True, "normalise": True,
                     "filter_order": "after", "keep": "first-sentence"},
 }
-
-
-def _bool(section, name: str, default: bool) -> bool:
-    value = section.raw(name, default)
-    if not isinstance(value, bool):
-        raise section.fail(name, f"expected true or false, got {value!r}")
-    return value
 
 
 def rind_scores(received: np.ndarray, entropies: list[float], tokens: list[int], stop: list[bool],
@@ -55,6 +48,8 @@ def rind_scores(received: np.ndarray, entropies: list[float], tokens: list[int],
 
 @register("dragin")
 class DRAGIN(TriggeredRetrieval):
+    when = 'RIND = a_i · H_i · s_i > `theta` for any token of the look-ahead sentence'
+    what = 'QFS: the `top_n` real words of question + answer so far, ranked by the attention the hallucinated token pays them'
     needs = frozenset({ENTROPY, ATTENTIONS})
 
     @classmethod
@@ -67,8 +62,8 @@ class DRAGIN(TriggeredRetrieval):
             "theta": section.float("theta", 1.0, minimum=0.0),
             "top_n": section.int("top_n", 35, minimum=1),
             "attention_scope": section.str("attention_scope", defaults["attention_scope"], SCOPES),
-            "include_diagonal": _bool(section, "include_diagonal", defaults["include_diagonal"]),
-            "normalise": _bool(section, "normalise", defaults["normalise"]),
+            "include_diagonal": section.bool("include_diagonal", defaults["include_diagonal"]),
+            "normalise": section.bool("normalise", defaults["normalise"]),
             "filter_order": section.str("filter_order", defaults["filter_order"], ("before", "after")),
         }
 

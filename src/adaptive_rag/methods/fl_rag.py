@@ -3,12 +3,14 @@ before the first window)."""
 
 from __future__ import annotations
 
-from . import register
-from .loop import FINISHED, EveryStepRetrieval
+from .registry import register
+from .parts.loop import FINISHED, EveryStepRetrieval
 
 
 @register("fl-rag")
 class FixedLengthRetrieval(EveryStepRetrieval):
+    when = 'every `window` generated tokens'
+    what = 'the previous window (the question first)'
     @classmethod
     def read_settings(cls, section):
         return {**cls.read_common(section), "window": section.int("window", 25, minimum=1)}

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from statistics import mean
 
-from . import register
-from .components import Detection, masked_sentence
-from .lookahead import probability
-from .loop import TriggeredRetrieval
+from .registry import register
+from .parts.components import Detection, masked_sentence
+from .parts.lookahead import probability
+from .parts.loop import TriggeredRetrieval
 
 VARIANTS = ("paper", "dragin-code")
 DEFAULT_THETA = {"paper": 0.8, "dragin-code": 0.2}
@@ -24,6 +24,8 @@ DEFAULT_THETA = {"paper": 0.8, "dragin-code": 0.2}
 
 @register("flare")
 class FLARE(TriggeredRetrieval):
+    when = "`variant: paper`: any token (or word) of the look-ahead sentence with p < `theta`; `variant: dragin-code`: the sentence's mean of 1 − p > `theta`"
+    what = 'the sentence with low-confidence units masked (p < `mask_theta`; dragin-code: 1 − p > `theta`)'
     @classmethod
     def read_settings(cls, section):
         variant = section.str("variant", "paper", VARIANTS)

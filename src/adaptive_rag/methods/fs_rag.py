@@ -3,12 +3,14 @@ question before the first)."""
 
 from __future__ import annotations
 
-from . import register
-from .loop import FINISHED, EveryStepRetrieval
+from .registry import register
+from .parts.loop import FINISHED, EveryStepRetrieval
 
 
 @register("fs-rag")
 class FixedSentenceRetrieval(EveryStepRetrieval):
+    when = 'before every sentence'
+    what = 'the previous sentence (the question first)'
     @classmethod
     def read_settings(cls, section):
         return cls.read_common(section)

@@ -9,10 +9,12 @@ model. Any weighting x query pair of the ablation is the same method with `weigh
 
 from __future__ import annotations
 
-from . import register
+from .registry import register
 from .weighted_threshold import WeightedThreshold
 
 
 @register("scaar")
 class SCAAR(WeightedThreshold):
+    when = "any word with p < exp(r'(w)) · `theta`, r' its normalised leave-one-out semantic contribution (SCW)"
+    what = 'PFQ: the top-`alpha` contributing words, hallucinated ones dropped, appended to the question'
     default_weighting, default_query = "scw", "pfq"

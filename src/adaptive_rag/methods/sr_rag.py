@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 
-from . import register
+from .registry import register
 from .base import Answer, Method
 
 
 @register("sr-rag")
 class SingleRoundRetrieval(Method):
+    when = 'once, before generating'
+    what = 'the question'
     needs_retriever = True
 
     @classmethod

@@ -10,15 +10,17 @@ percentile-filtered words appended to the question) is retrieved.
 from __future__ import annotations
 
 from ..lm.base import Extras
-from . import register
-from .components import NEEDS_SIMILARITY, QUERIES, WEIGHTINGS, Detection, TriggerContext, weighted_thresholds
-from .contribution import DEFAULT_SIMILARITY, load_similarity
-from .lookahead import probability
-from .loop import TriggeredRetrieval
+from .registry import register
+from .parts.components import NEEDS_SIMILARITY, QUERIES, WEIGHTINGS, Detection, TriggerContext, weighted_thresholds
+from .parts.contribution import DEFAULT_SIMILARITY, load_similarity
+from .parts.lookahead import probability
+from .parts.loop import TriggeredRetrieval
 
 
 @register("weighted-threshold")
 class WeightedThreshold(TriggeredRetrieval):
+    when = "any unit with p < exp(r'(u)) · `theta`, r' from the `weighting` (origin: none, attn, scw)"
+    what = 'the named `query`: curr-sent (confident words of the sentence), real-words (QFS), pfq (SCAAR)'
     default_weighting, default_query = "origin", "curr-sent"
 
     @classmethod

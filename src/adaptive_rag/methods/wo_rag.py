@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from . import register
+from .registry import register
 from .base import Answer, Method
 
 
 @register("wo-rag")
 class WithoutRetrieval(Method):
+    when = 'never'
+    what = '–'
     def answer_batch(self, examples) -> list[Answer]:
         return self.generate_answers([e.question for e in examples], [()] * len(examples))

@@ -1,43 +1,12 @@
-"""Word significance in one generated sentence, ATTN vs SCW (SCAAR Figure 3): the normalised weight
-r'(w) each weighting gives every word of the first look-ahead sentence of one question."""
+"""Word significance in one generated sentence, ATTN vs SCW (SCAAR Figure 3), drawn from the rows
+`methods.parts.significance` computed: this module only writes the table and the figure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
-from ..io import atomic_write, read_jsonl
+from ..io import atomic_write
 from .figures import save
-
-
-def word_significance(params, dataset: str, question_id: str | None, split: Path, model_dir: Path,
-                      similarity: str) -> tuple[str, str, list[dict]]:
-    from ..data.datasets import Example
-    from ..lm.base import Extras
-    from ..methods.components import TriggerContext, attention_weights, scw_weights
-    from ..methods.contribution import load_similarity
-    from ..methods.lookahead import LookAhead
-    from ..prompts.fewshot import STOP_STRINGS, build_prompt, load_exemplars
-    from ..runner import build_model
-
-    examples = [Example.from_dict(r) for r in read_jsonl(split, "split file")]
-    example = next((e for e in examples if question_id in (None, e.id)), None)
-    if example is None:
-        raise InputError(f"{split}: no question with id {question_id!r} (significance.question)")
-    ds = params.dataset(dataset)
-    lm = build_model(params, model_dir)
-    prompt = build_prompt(params.model.prompt_format, load_exemplars(ds.exemplars, ds.num_exemplars), example.question)
-    budget = ds.max_new_tokens or params.generation.max_new_tokens
-    lookahead = LookAhead(lm.generate([prompt], budget, STOP_STRINGS, Extras(attention_layer=-1))[0])
-    if not lookahead.sentences:
-        raise InputError(f"question {example.id!r}: the model generated no sentence to analyse")
-    sentence = lookahead.sentences[0]
-    units = lookahead.word_units(sentence)
-    context = TriggerContext(question=example.question, similarity=load_similarity(similarity))
-    attn = attention_weights(lookahead, sentence, units, context)
-    scw = scw_weights(lookahead, sentence, units, context)
-    rows = [{"position": k, "word": u.text, "ATTN": a, "SCW": s} for k, (u, a, s) in enumerate(zip(units, attn, scw))]
-    return example.question, sentence.text, rows
 
 
 def write_significance(sentence: str, rows: list[dict], csv: Path, png: Path, question: str) -> None:

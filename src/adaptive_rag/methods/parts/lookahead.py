@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..lm.base import Continuation
+from ...lm.base import Continuation
 from .text import Span, sentences, words
 
 

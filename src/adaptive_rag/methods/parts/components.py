@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..lm.capabilities import ATTENTIONS
+from ...lm.capabilities import ATTENTIONS
 from .attention import attention_matrix, attention_received, real_words_query
 from .lookahead import LookAhead, Unit
 

@@ -1,0 +1,38 @@
+"""The one place a configured language model is built: backend, device per process, call cache.
+
+Generation jobs and analysis steps (word significance) both call `build_model`, so a model is
+always the same object for the same params, cached or not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Params
+    from .base import LanguageModel
+
+
+def build_model(params: "Params", model_dir: Path | None, local_rank: int = 0) -> "LanguageModel":
+    """The configured backend, wrapped in the shared call cache when one is configured.
+
+    `local_rank` picks the GPU of an Accelerate process when `model.device` is plain `cuda`."""
+    if params.model.backend == "api":
+        from .api import APIModel
+
+        api = params.model.api
+        lm = APIModel(api.base_url, api.model, concurrency=api.concurrency, max_retries=api.max_retries)
+    else:
+        from .hf import HFModel
+
+        device = params.model.device
+        if device == "cuda":
+            device = f"cuda:{local_rank}"
+        lm = HFModel(model_dir, params.model.dtype, device, params.generation.threads, params.seed,
+                     params.generation.batch_size)
+    if params.generation.cache:
+        from .cache import CachedModel, CallCache
+
+        lm = CachedModel(lm, CallCache(params.generation.cache))
+    return lm

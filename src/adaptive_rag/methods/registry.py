@@ -1,0 +1,124 @@
+"""Method types register themselves; the registry finds them by importing the modules of `methods/`.
+
+Dropping `methods/<name>.py` with a `@register("<name>")` class in is all it takes to make
+`type: <name>` valid in params.yaml: no list of methods exists anywhere else. Discovery imports the
+modules by name on first use (importlib), so params validation asks the registry and the registry
+never imports a method module statically; the method modules import this one and the settings
+reader, never `config`. Kept import-light: the Snakefile validates params at parse time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..settings import Section, check_name
+
+if TYPE_CHECKING:
+    from .base import Method
+
+PACKAGE = __name__.rsplit(".", 1)[0]  # adaptive_rag.methods
+NOT_METHODS = frozenset({"registry", "base"})  # the modules of methods/ that hold no method type
+
+_REGISTRY: dict[str, type["Method"]] = {}
+_discovered = False
+
+
+def register(name: str):
+    """Class decorator: make `type: <name>` run this class. The class states its own `when` and
+    `what` (one line each: they are the rows of the methods table in docs/methods.md)."""
+    check_name(Section({}, "register", "method registry"), name, "method type")
+
+    def decorate(cls):
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise RuntimeError(f"method type {name!r} registered twice ({_REGISTRY[name].__module__} and "
+                               f"{cls.__module__})")
+        for attribute in ("when", "what"):
+            if not getattr(cls, attribute, ""):
+                raise RuntimeError(f"method type {name!r} ({cls.__module__}): set the class attribute "
+                                   f"`{attribute}` (one line for the methods table)")
+        cls.type_name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def discover() -> None:
+    """Import every module directly in `methods/` once; their `@register` calls fill the registry."""
+    global _discovered
+    if _discovered:
+        return
+    package = importlib.import_module(PACKAGE)
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.ispkg and module.name not in NOT_METHODS and not module.name.startswith("_"):
+            importlib.import_module(f"{PACKAGE}.{module.name}")
+    _discovered = True
+
+
+def method_types() -> list[str]:
+    discover()
+    return sorted(_REGISTRY)
+
+
+def method_class(type_name: str) -> type["Method"]:
+    discover()
+    if type_name not in _REGISTRY:
+        raise ConfigError(f"unknown method type {type_name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[type_name]
+
+
+def validate_settings(type_name: str, section: Section) -> dict:
+    """The method's own reading of its settings; an unknown key fails naming it."""
+    discover()
+    if type_name not in _REGISTRY:
+        raise ConfigError(
+            f"{section.source}: {section.path}: unknown method type {type_name!r}; "
+            f"available: {', '.join(sorted(_REGISTRY))} (set `type:` to one of them)"
+        )
+    settings = _REGISTRY[type_name].read_settings(section)
+    section.done()
+    return settings
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """What the methods table says of a type, all read from its class."""
+
+    type: str
+    when: str
+    what: str
+    needs: tuple[str, ...]  # capabilities beyond token log-probabilities, at the default settings
+    retrieves: bool
+    defaults: dict[str, Any]
+    choices: dict[str, tuple[str, ...]]
+    module: str
+
+
+def describe(type_name: str) -> MethodInfo:
+    cls = method_class(type_name)
+    section = Section({}, f"methods.<{type_name}>", "defaults")
+    defaults = cls.read_settings(section)
+    return MethodInfo(type_name, " ".join(cls.when.split()), " ".join(cls.what.split()),
+                      tuple(sorted(cls.needs_for(defaults))), cls.needs_retriever, defaults,
+                      dict(section.choices), cls.__module__)
+
+
+def methods_table() -> str:
+    """The markdown table of every registered type (docs/methods.md holds this text; a test keeps it so)."""
+    rows = ["| type | when it retrieves | what it retrieves | needs | settings (defaults) |",
+            "|---|---|---|---|---|"]
+    for name in method_types():
+        info = describe(name)
+        settings = ", ".join(f"`{key}: {_value(value, info.choices.get(key))}`" for key, value in info.defaults.items())
+        needs = ", ".join(info.needs) or "token log-probs"
+        rows.append(f"| `{name}` | {info.when} | {info.what} | {needs} | {settings or '–'} |")
+    return "\n".join(rows) + "\n"
+
+
+def _value(value: Any, choices: tuple[str, ...] | None) -> str:
+    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{text} ({' / '.join(choices)})" if choices and len(choices) > 1 else text
