@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny random Llama with a tiny tokenizer, built in the test session.
+"""Shared fixtures and fakes: a tiny random Llama with a tiny tokenizer, built in the test session; the
+workflow-copy helpers; and hand-built continuations, a scripted LM and a recording retriever for the
+method tests.
 
 The model goes through exactly the code SmolLM2 uses (a Hugging Face directory loaded by `HFModel`),
 so generation tests need neither a hub nor the 500 MB materialised SmolLM2.
@@ -7,13 +9,22 @@ so generation tests need neither a hub nor the 500 MB materialised SmolLM2.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from adaptive_rag.data.datasets import Example
+from adaptive_rag.lm.base import NO_EXTRAS, Continuation
+from adaptive_rag.lm.capabilities import WHITE_BOX
+from adaptive_rag.prompts.fewshot import Exemplar
+from adaptive_rag.retrieval import Hit
+from adaptive_rag.settings import Section
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -132,3 +143,163 @@ def edit_params(cwd, edit):
     data = yaml.safe_load(path.read_text())
     edit(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+# ---- hand-built continuations and fakes for the method tests (tests/methods/) ----
+#
+# Continuations are built by hand (token texts that join to the text, log-probabilities of round
+# probabilities, entropies and attention rows), so every expected number in those tests can be computed
+# in a comment. The loop is driven by a scripted fake LM keyed on (prompt has passages, prompt prefix)
+# and a fake retriever that records its queries.
+
+
+def cont(tokens, probs=None, finish="length", **kw) -> Continuation:
+    """A continuation whose text is the joined tokens; probabilities default to 0.9 each."""
+    probs = [0.9] * len(tokens) if probs is None else probs
+    assert len(probs) == len(tokens)
+    return Continuation(text="".join(tokens), tokens=list(tokens), logprobs=[math.log(p) for p in probs],
+                        finish_reason=finish, **kw)
+
+
+def attention_rows(prompt_parts, generated_parts) -> list[np.ndarray]:
+    """Row j = its prompt columns followed by its j + 1 generated columns."""
+    rows = []
+    for j, (p, g) in enumerate(zip(prompt_parts, generated_parts)):
+        assert len(g) == j + 1
+        rows.append(np.array(list(p) + list(g), dtype=np.float32))
+    return rows
+
+
+def settings_of(cls, data: dict, path: str) -> dict:
+    """A method class's settings read from `data` as if it were the params.yaml entry at `path`."""
+    section = Section(dict(data), path, "params.yaml")
+    settings = cls.read_settings(section)
+    section.done()
+    return settings
+
+
+# " Paris is one city."  tokens 0 Paris (real, not stop), 1 is (stop, AUX), 2 one (stop, but NUM: real),
+# 3 city (real), 4 "." (in no word, so stop).  Two prompt tokens.
+PIOC = [" Paris", " is", " one", " city", "."]
+PIOC_PROMPT_PART = [[0.6, 0.2], [0.4, 0.2], [0.2, 0.2], [0.2, 0.0], [0.2, 0.2]]
+PIOC_GENERATED_PART = [[0.2], [0.3, 0.1], [0.2, 0.2, 0.2], [0.1, 0.1, 0.0, 0.6], [0.1, 0.1, 0.2, 0.1, 0.1]]
+PIOC_ENTROPIES = [1.0, 3.0, 3.0, 2.0, 5.0]
+
+
+def pioc(meta=None, finish="length") -> Continuation:
+    """The continuation " Paris is one city.": probabilities [.8, .6, .5, .4, .9], entropies, attention rows."""
+    return cont(PIOC, [0.8, 0.6, 0.5, 0.4, 0.9], finish=finish, prompt_tokens=2, entropies=list(PIOC_ENTROPIES),
+                attentions=attention_rows(PIOC_PROMPT_PART, PIOC_GENERATED_PART), meta=meta or {})
+
+
+# A question and one answer sentence whose leave-one-out similarities we choose:
+# dropping "Idris" changes the meaning most.
+ROPE_QUESTION = "Who founded the rope walk?"
+ROPE_SENTENCE = ["Idris", " founded", " the", " rope", " walk", "."]
+SIMILARITY_WITHOUT = {"Idris": 0.5, "founded": 0.9, "the": 0.99, "rope": 0.8, "walk": 0.85}
+
+
+def rope_lookahead(probs):
+    """The look-ahead "Idris founded the rope walk." with the given token probabilities."""
+    from adaptive_rag.methods.parts.lookahead import LookAhead
+
+    return LookAhead(Continuation(text="".join(ROPE_SENTENCE), tokens=list(ROPE_SENTENCE),
+                                  logprobs=[math.log(p) for p in probs], finish_reason="stop"))
+
+
+class FakeSimilarity:
+    """sim(anchor, anchor minus w) = SIMILARITY_WITHOUT[w]; records each call's batch."""
+
+    name = "fake"
+
+    def __init__(self):
+        self.calls = []
+
+    def similarities(self, anchor, variants):
+        self.calls.append((anchor, list(variants)))
+        out = []
+        for variant in variants:
+            kept = [w.strip(".") for w in variant.split()[len(ROPE_QUESTION.split()):]]
+            missing = [w for w in SIMILARITY_WITHOUT if w not in kept]
+            assert len(missing) == 1, (variant, missing)
+            out.append(SIMILARITY_WITHOUT[missing[0]])
+        return out
+
+
+def has_passages(prompt) -> bool:
+    text = prompt.text if prompt.text is not None else "".join(c for _, c in prompt.messages)
+    return "Context:" in text
+
+
+class ScriptedLM:
+    """Answers each prompt from `script[(prompt has passages, prompt prefix)]`; records every prompt in
+    `calls` and the size of every `generate` call in `batches`. An unscripted prompt fails the test."""
+
+    capabilities = WHITE_BOX
+
+    def __init__(self, script: dict):
+        self.script, self.calls, self.batches = script, [], []
+
+    def identity(self):
+        return {"backend": "scripted"}
+
+    def generate(self, prompts, max_new_tokens, stop=(), extras=NO_EXTRAS):
+        self.batches.append(len(prompts))
+        out = []
+        for p in prompts:
+            key = (has_passages(p), p.prefix)
+            self.calls.append({"passages": key[0], "prefix": p.prefix, "max_new_tokens": max_new_tokens,
+                               "stop": tuple(stop), "extras": extras, "prompt": p})
+            if key not in self.script:
+                raise AssertionError(f"unscripted call {key!r}")
+            out.append(self.script[key])
+        return out
+
+
+class RecordingRetriever:
+    """Records (query, k); search number n returns hits d{n}.1 .. d{n}.k titled T{n}, "passage {n}.{i}"."""
+
+    def __init__(self):
+        self.queries = []
+
+    def search(self, query, k):
+        self.queries.append((query, k))
+        n = len(self.queries)
+        return [Hit(f"d{n}.{i}", f"T{n}", f"passage {n}.{i}", 1.0 / i) for i in range(1, k + 1)]
+
+    def identity(self):
+        return {"retriever": "recording"}
+
+
+SCRIPTED_EXEMPLARS = [Exemplar("Who wrote Hamlet?", "Hamlet was written by Shakespeare.", "Shakespeare")]
+SCRIPTED_QUESTION = "Where was Inchcombe born?"
+
+# Continuations the loop tests script (raw prompts, so each generated text starts with a space).
+BORN = " Inchcombe was born in Paris."
+REGEN = cont([" He", " died", " in", " 1750", ".", " So", " the", " answer", " is", " Paris", "."], finish="stop")
+ANSWER = cont([" So", " the", " answer", " is", " Paris", "."], finish="stop")
+
+
+def method_with(cls, params, lm, retriever=None, max_new_tokens=50):
+    """A method of class `cls`, its settings read from `params` as params.yaml's entry would be (unknown
+    keys fail), over the given model and retriever: raw prompts, one exemplar, 5 fallback tokens."""
+    from adaptive_rag.methods.base import Context
+
+    ctx = Context(lm=lm, exemplars=SCRIPTED_EXEMPLARS, prompt_format="raw", max_new_tokens=max_new_tokens,
+                  retriever=retriever, answer_fallback_tokens=5)
+    return cls(settings_of(cls, params, f"methods.{getattr(cls, 'type_name', 'x')}"), ctx)
+
+
+def run_batch(cls, params, script, questions, max_new_tokens=50):
+    """Questions through a method class as one batch (see `method_with`), with a `ScriptedLM` of `script`
+    and a `RecordingRetriever`; returns (answers, lm, retriever)."""
+    lm, retriever = ScriptedLM(script), RecordingRetriever()
+    method = method_with(cls, params, lm, retriever, max_new_tokens)
+    answers = method.answer_batch([Example(f"q{i}", q, ["Paris"], "span") for i, q in enumerate(questions, 1)])
+    return answers, lm, retriever
+
+
+def run_method(cls, params, script, max_new_tokens=50, question=SCRIPTED_QUESTION):
+    """One question through a method class (see `run_batch`); returns (answer, lm, retriever)."""
+    [answer], lm, retriever = run_batch(cls, params, script, [question], max_new_tokens)
+    return answer, lm, retriever

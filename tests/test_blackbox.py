@@ -88,6 +88,7 @@ def assert_same(got, want):
         assert g.logprobs == pytest.approx(w.logprobs, abs=1e-5)
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_greedy_generate_matches_in_process(api, hf):
     got = api.generate(PROMPTS, max_new_tokens=12)
     want = hf.generate(PROMPTS, max_new_tokens=12)
@@ -96,6 +97,7 @@ def test_greedy_generate_matches_in_process(api, hf):
     assert api.capabilities == BLACK_BOX
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_stop_strings_cut_identically(api, hf):
     free = hf.generate(PROMPTS, max_new_tokens=12)
     # A stop string from the middle of each free continuation, so every prompt really stops on it.
@@ -107,6 +109,7 @@ def test_stop_strings_cut_identically(api, hf):
         assert_same(got, want)
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_sampling_is_seeded_and_matches_in_process(api, hf):
     for prompt in (PROMPTS[1], PROMPTS[3]):
         params = SamplingParams(n=3, seed=11, temperature=1.0, top_k=50, top_p=0.9)
@@ -119,6 +122,7 @@ def test_sampling_is_seeded_and_matches_in_process(api, hf):
         assert_same(first, hf.sample(prompt, params, max_new_tokens=8))
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 @pytest.mark.parametrize("prompt,continuation", [
     (PROMPTS[0], " Paris is the capital"),
     (PROMPTS[1], " William Shakespeare"),
@@ -138,6 +142,7 @@ def test_score_matches_in_process(api, hf, prompt, continuation):
     assert got == pytest.approx(want, abs=1e-5)
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_identity_reports_the_served_model(api, hf, server):
     ident = api.identity()
     assert ident["backend"] == "api" and ident["base_url"] == server and ident["model"] == NAME
@@ -145,6 +150,7 @@ def test_identity_reports_the_served_model(api, hf, server):
     assert api.identity() == ident
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_white_box_extras_are_refused(api):
     with pytest.raises(ConfigError, match="attentions"):
         api.generate(PROMPTS[:1], 4, extras=Extras(attention_layer=-1))
@@ -152,6 +158,7 @@ def test_white_box_extras_are_refused(api):
         api.generate(PROMPTS[:1], 4, extras=Extras(entropy=True))
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_bad_requests_get_a_400_with_a_message(api, server):
     import openai
 
@@ -179,6 +186,7 @@ def test_bad_requests_get_a_400_with_a_message(api, server):
     assert "JSON" in body["error"]["message"] and "Traceback" not in body["error"]["message"]
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_429_and_5xx_are_retried(server, hf):
     """A proxy that answers 429 then 503 before passing requests on: the client retries through both."""
     from adaptive_rag.lm.api import APIModel
@@ -321,11 +329,12 @@ class OverlapRetriever:
         return scored[:k]
 
 
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
 def test_scaar_on_the_api_backend_decides_like_the_white_box_run(api, hf):
     """SCAAR needs only token probabilities: through the real `serve` process and the openai client it
     makes the same retrieval decisions, queries and answers as the same model in-process."""
     from conftest import REPO
-    from adaptive_rag.config import Section
+    from adaptive_rag.settings import Section
     from adaptive_rag.data.datasets import load_dataset
     from adaptive_rag.methods.base import Context
     from adaptive_rag.methods.scaar import SCAAR

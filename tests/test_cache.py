@@ -341,6 +341,7 @@ WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # three writer processes
 def test_concurrent_processes_share_one_file(tmp_path):
     path, go = tmp_path / "calls.sqlite", tmp_path / "go"
     script = tmp_path / "writer.py"

@@ -73,6 +73,7 @@ def test_missing_corpus_file(tmp_path):
         convert_to_collection(tmp_path / "nope.tsv", tmp_path / "out")
 
 
+@pytest.mark.slow  # Anserini's IndexCollection runs in a java process
 def test_real_lucene_index_is_built_and_searched(collection, tmp_path):
     _, out, manifest = collection
     log = tmp_path / "index.log"
@@ -91,6 +92,7 @@ def test_real_lucene_index_is_built_and_searched(collection, tmp_path):
     assert retriever.identity()["documents"] == 4
 
 
+@pytest.mark.slow  # Anserini's IndexCollection runs in a java process
 def test_index_count_mismatch_is_an_error(collection, tmp_path):
     _, out, _ = collection
     with pytest.raises(RuntimeError, match="index has 4 documents but the corpus has 5"):

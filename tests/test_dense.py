@@ -108,6 +108,7 @@ def test_unknown_encoder_is_an_input_error(tiny, tmp_path):
     assert not (tmp_path / "dense").exists()
 
 
+@pytest.mark.slow  # Anserini's IndexCollection runs in a java process
 def test_bm25_and_dense_answer_through_the_same_interface(tiny, tmp_path):
     root, collection, _ = tiny
     build_index(collection, tmp_path / "bm25", threads=1, expected=len(PASSAGES))

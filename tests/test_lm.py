@@ -12,13 +12,15 @@ import pytest
 from adaptive_rag.config import parse_params
 from adaptive_rag.data.datasets import Example
 from adaptive_rag.errors import ConfigError
-from adaptive_rag.lm.base import BLACK_BOX, Extras, Prompt, SamplingParams, require
+from adaptive_rag.lm.base import BLACK_BOX, Extras, SamplingParams, require
 from adaptive_rag.lm.hf import HFModel
 from adaptive_rag.lm.models import model_identity
-from adaptive_rag.methods import method_class
+from adaptive_rag.methods.registry import method_class
 from adaptive_rag.methods.base import Context
 from adaptive_rag.prompts.fewshot import Exemplar, build_prompt
 from adaptive_rag.retrieval import Hit
+
+from conftest import RecordingRetriever
 
 EXEMPLARS = [Exemplar("Who founded Velmora Glassworks?", "Idris Penhallow founded it.", "Idris Penhallow")] * 2
 QUESTIONS = ["Where was Idris Penhallow born?", "Which river flows through Carrowmere?", "Who?",
@@ -93,7 +95,6 @@ def test_sampling_repeats_with_its_seed(lm):
     assert [c.token_ids for c in first] == [c.token_ids for c in again]
     assert [c.token_ids for c in first] != [c.token_ids for c in other]
     assert len({tuple(c.token_ids) for c in first}) > 1  # continuation j uses seed + j
-    assert all(c.sequence_logprob == pytest.approx(sum(c.logprobs)) for c in first)
 
 
 def test_scoring_a_forced_continuation_matches_a_direct_forward(lm):
@@ -109,12 +110,6 @@ def test_scoring_a_forced_continuation_matches_a_direct_forward(lm):
         logprobs = torch.log_softmax(lm.model(torch.tensor([ids])).logits[0].float(), -1)
     expected = [float(logprobs[i - 1, ids[i]]) for i in range(len(prompt_ids), len(ids))]
     assert scores == pytest.approx(expected, abs=1e-5)
-
-
-def test_attribution_covers_prompt_tokens(lm):
-    prompt = Prompt(text="Question: Where was Idris born?\nAnswer:")
-    scores = lm.attribution(prompt, " Carrowmere", steps=4)
-    assert len(scores) == len(lm.encode(prompt)[0]) and any(s != 0 for s in scores)
 
 
 def test_capability_errors_come_before_any_generation(tiny_model_dir):
@@ -144,18 +139,9 @@ def test_capability_errors_come_before_any_generation(tiny_model_dir):
         parse_params(data)
 
 
-class FakeRetriever:
-    def __init__(self):
-        self.queries = []
-
-    def search(self, query, k):
-        self.queries.append((query, k))
-        return [Hit(str(i), f"Title {i}", f"passage {i}", 1.0 / (i + 1)) for i in range(k)]
-
-
 @pytest.mark.parametrize("prompt_format", ["raw", "chat"])
 def test_methods_answer_batches_through_the_model(lm, prompt_format):
-    retriever = FakeRetriever()
+    retriever = RecordingRetriever()
     ctx = Context(lm=lm, exemplars=EXEMPLARS, prompt_format=prompt_format, max_new_tokens=5, retriever=retriever,
                   answer_fallback_tokens=0)  # one generation call per batch, nothing appended
     examples = [Example(f"q{i}", q, ["Carrowmere"], "span") for i, q in enumerate(QUESTIONS[:2])]
@@ -163,10 +149,11 @@ def test_methods_answer_batches_through_the_model(lm, prompt_format):
     assert [a.retrievals for a in no_rag] == [0, 0] and "Context:" not in json.dumps(no_rag[0].prompt)
     rag = method_class("sr-rag")({"top_k": 2}, ctx).answer_batch(examples)
     assert retriever.queries == [(e.question, 2) for e in examples]
-    assert [p["id"] for p in rag[0].passages] == ["0", "1"] and rag[0].llm_calls == 1
-    assert "[1] Title 0: passage 0\n[2] Title 1: passage 1" in json.dumps(rag[0].prompt, ensure_ascii=False).replace("\\n", "\n")
+    assert [p["id"] for p in rag[0].passages] == ["d1.1", "d1.2"] and rag[0].llm_calls == 1
+    assert "[1] T1: passage 1.1\n[2] T1: passage 1.2" in json.dumps(rag[0].prompt, ensure_ascii=False).replace("\\n", "\n")
 
 
+@pytest.mark.slow  # runs the `adaptive_rag model` CLI
 def test_hub_id_source_loads_through_from_pretrained_offline(tiny_llama_dir, tmp_path):
     """A hub id goes through the same `from_pretrained` call; here it resolves from an offline HF cache."""
     from conftest import write_params

@@ -2,7 +2,7 @@
 
 import pytest
 
-from adaptive_rag.evaluation.answer import extract_answer
+from adaptive_rag.evaluation.answer import extract_answer, has_answer
 from adaptive_rag.evaluation.metrics import normalize_answer, score_answer
 
 
@@ -76,6 +76,17 @@ def test_yes_no_questions_reduce_the_prediction_first(prediction, gold, em):
 )
 def test_answer_extraction(text, answer, found):
     assert extract_answer(text) == (answer, found)
+
+
+def test_extract_answer_and_has_answer():
+    assert extract_answer("Paris is big. So the answer is Paris.") == ("Paris", True)
+    assert extract_answer("So the answer is") == ("", True)
+    assert has_answer("So the answer is") is False
+    assert extract_answer("Paris is big.") == ("Paris is big.", False)
+    assert has_answer("Paris is big.") is False
+    assert extract_answer('The answer is: "Paris". Then more.') == ("Paris", True)
+    assert extract_answer("The answer is Lyon. No, the answer is Paris. Done") == ("Paris", True)
+    assert has_answer("So the answer is Paris.") is True
 
 
 def test_efficiency_counters_and_s_eff_in_the_report(tmp_path):

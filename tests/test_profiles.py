@@ -23,6 +23,7 @@ def test_params_yaml_is_the_demo_profile():
     assert (REPO / "params.yaml").read_text() == (REPO / "params" / "demo.yaml").read_text()
 
 
+@pytest.mark.slow  # runs the `adaptive_rag profile` CLI
 def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     copy_workflow(tmp_path)
     shutil.copytree(REPO / "params", tmp_path / "params")
@@ -33,6 +34,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, shared" in result.stderr
 
 
+@pytest.mark.slow  # a Snakemake dry run
 def test_paper_profile_plans_downloads_for_every_input(tmp_path):
     copy_workflow(tmp_path)
     shutil.copy(REPO / "params" / "paper.yaml", tmp_path / "params.yaml")
@@ -42,6 +44,7 @@ def test_paper_profile_plans_downloads_for_every_input(tmp_path):
     assert jobs["split"] == 7 and jobs["generate"] == 42 and jobs["index"] == 1
 
 
+@pytest.mark.slow  # a Snakemake dry run
 def test_shared_profile_plans_four_datasets(tmp_path):
     if not SHARED_DATA.is_dir():
         pytest.skip(f"reference data not found at {SHARED_DATA}")
@@ -66,6 +69,7 @@ class _ArchiveHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow  # runs Snakemake
 def test_download_rule_fetches_verifies_and_extracts(tmp_path):
     """A `downloads:` entry becomes a Snakemake rule whose outputs feed the split step."""
     buffer = io.BytesIO()

@@ -10,6 +10,9 @@ import pytest
 
 from conftest import copy_workflow, edit_params, run
 
+# Every test here runs the `adaptive_rag` CLI (and `accelerate launch`) in subprocesses, as does the `job` fixture.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def job(tiny_model_dir, tmp_path_factory):

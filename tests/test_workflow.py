@@ -12,6 +12,9 @@ import pytest
 
 from conftest import REPO, copy_workflow, edit_params, planned_jobs, read_jsonl, run, snakemake
 
+# Every test here runs Snakemake, the `adaptive_rag` CLI or DVC in subprocesses.
+pytestmark = pytest.mark.slow
+
 
 def tiny_params(model_source):
     def edit(data):
@@ -53,7 +56,6 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
     assert result.returncode == 2 and result.stderr.strip() == "error: dataset file not found: data/demo/hotpot_demo.json"
 
 
-@pytest.mark.slow
 def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_dir, tmp_path):
     sm = copy_workflow(tmp_path / "sm")
     edit_params(sm, tiny_params(tiny_llama_dir))
