@@ -69,8 +69,8 @@ def test_ablation_report_tables_and_figures(base, tmp_path):
         frame = ablation_frame(ablation, paths, params)
         assert len(frame) == len(ablation.variants)
         first = frame.iloc[1]
-        # S_eff = (mean F1 - wo-RAG's) / N_R = ((0.11 + 0.3) / 2 - 0.1) / 2
-        assert first["S_eff"] == pytest.approx(((0.11 + 0.3) / 2 - 0.1) / 2.0)
+        # S_eff x100 = 100 (mean F1 - wo-RAG's) / N_R = 100 ((0.11 + 0.3) / 2 - 0.1) / 2
+        assert first["S_eff"] == pytest.approx(100 * ((0.11 + 0.3) / 2 - 0.1) / 2.0)
         written = write_ablation(ablation, frame, tmp_path / "out" / name)
         assert [p.suffix for p in written] == [".md", ".csv", ".tex", ".png"]
         assert all(p.stat().st_size > 0 for p in written)

@@ -65,7 +65,16 @@ def test_yes_no_questions_reduce_the_prediction_first(prediction, gold, em):
     [
         ("Velmora was founded by Idris. So the answer is Idris Penhallow.", "Idris Penhallow", True),
         ("X is in Y. so the answer is: Carrowmere", "Carrowmere", True),
-        ("So the answer is 1,204. Then more text follows.", "1,204", True),
+        # the answer runs to the end of its line: never cut at an inner period (the reference evaluation)
+        ("So the answer is 1,204. Then more text follows.", "1,204. Then more text follows", True),
+        ("So the answer is St. Louis.", "St. Louis", True),
+        ("So the answer is the U.S. Army.", "the U.S. Army", True),
+        ("So the answer is Washington, D.C.", "Washington, D.C.", True),
+        ("So the answer is 3.5 million.", "3.5 million", True),
+        ("So the answer is Martin Luther King Jr.", "Martin Luther King Jr.", True),
+        ("So the answer is Jr. Walker.\nQuestion: next", "Jr. Walker", True),
+        ("So the answer is B. ", "B", True),  # one letter is not initials: its period goes
+        ("So the answer is Paris.\nIt is in France.", "Paris", True),
         ('The answer is "Moving Pictures".', "Moving Pictures", True),
         ('So the answer is Two Dollar Radio "Moving Pictures".', 'Two Dollar Radio "Moving Pictures"', True),
         ("The answer is:\nCarrowmere\nQuestion: next", "Carrowmere", True),
@@ -84,8 +93,8 @@ def test_extract_answer_and_has_answer():
     assert has_answer("So the answer is") is False
     assert extract_answer("Paris is big.") == ("Paris is big.", False)
     assert has_answer("Paris is big.") is False
-    assert extract_answer('The answer is: "Paris". Then more.') == ("Paris", True)
-    assert extract_answer("The answer is Lyon. No, the answer is Paris. Done") == ("Paris", True)
+    assert extract_answer('The answer is: "Paris".') == ("Paris", True)
+    assert extract_answer("The answer is Lyon. No, the answer is Paris.") == ("Paris", True)
     assert has_answer("So the answer is Paris.") is True
 
 
@@ -99,7 +108,7 @@ def test_efficiency_counters_and_s_eff_in_the_report(tmp_path):
 
     from adaptive_rag.config import parse_params
     from adaptive_rag.evaluation.score import score_run
-    from adaptive_rag.reports.tables import collect_scores, distribution_table, retrieval_distribution
+    from adaptive_rag.reports.tables import collect_scores, distribution_table, retrieval_distribution, write_tables
     from conftest import REPO
 
     def run(name, predictions, retrievals):
@@ -122,7 +131,12 @@ def test_efficiency_counters_and_s_eff_in_the_report(tmp_path):
     assert summary["retrievals_histogram"] == {"0": 1, "1": 1, "2": 1, "3": 1}
     params = parse_params(yaml.safe_load((REPO / "params.yaml").read_text()))
     frame = collect_scores(scores, params).set_index("method")
-    assert frame.loc["flare", "S_eff"] == pytest.approx((0.75 - 0.25) / 1.5)  # F1 .75 vs .25, N_R 1.5
+    # printed at the paper's scale (x100): F1 .75 vs .25, N_R 1.5 -> 100 * .5 / 1.5
+    assert frame.loc["flare", "S_eff"] == pytest.approx(100 * (0.75 - 0.25) / 1.5)
     assert pandas.isna(frame.loc["wo-rag", "S_eff"]) and pandas.isna(frame.loc["sr-rag", "S_eff"])  # N_R = 0
+    write_tables(frame.reset_index(), tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t.tex")
+    assert (tmp_path / "t.csv").read_text().splitlines()[0].startswith(
+        "method,dataset,questions,em,f1,acc,N_R,S_eff ×100,")
+    assert "S_eff ×100" in (tmp_path / "t.md").read_text().splitlines()[0]
     wide = distribution_table(retrieval_distribution(scores)).set_index("method")
     assert wide.loc["flare", "3 retrievals"] == 1 and wide.loc["wo-rag", "0 retrievals"] == 4

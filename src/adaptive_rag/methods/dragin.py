@@ -17,33 +17,18 @@ and it keeps only the first regenerated sentence (`keep: first-sentence`).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..lm.base import ATTENTIONS, ENTROPY, Extras
-from .registry import register
-from .parts.attention import SCOPES, attention_matrix, attention_received, real_words_query
+from .parts.attention import SCOPES, real_words_query
 from .parts.components import Detection
 from .parts.loop import TriggeredRetrieval
-from .parts.text import real_words, stop_words
+from .parts.rind import PAPER, rind_detection
+from .registry import register
 
 REFERENCES = {
-    "paper": {"attention_scope": "full", "include_diagonal": False, "normalise": False, "filter_order": "before",
-              "keep": "all"},
+    "paper": {**PAPER, "keep": "all"},
     "dragin-code": {"attention_scope": "generated", "include_diagonal": True, "normalise": True,
                     "filter_order": "after", "keep": "first-sentence"},
 }
-
-
-def rind_scores(received: np.ndarray, entropies: list[float], tokens: list[int], stop: list[bool],
-                normalise: bool, filter_before: bool) -> list[float]:
-    """RIND of each token of a sentence (`tokens` index the look-ahead; `stop[k]` for tokens[k])."""
-    attention = np.array([received[t] for t in tokens], dtype=np.float64)
-    if normalise and attention.sum() > 0:
-        attention = attention / attention.sum() * len(tokens)
-    scores = [float(a * entropies[t]) for a, t in zip(attention, tokens)]
-    if filter_before:
-        scores = [0.0 if s else score for score, s in zip(scores, stop)]
-    return scores
 
 
 @register("dragin")
@@ -72,25 +57,8 @@ class DRAGIN(TriggeredRetrieval):
 
     def detect(self, state, lookahead, sentence) -> Detection:
         s = self.settings
-        units = lookahead.token_units(sentence)
-        tokens = [u.tokens[0] for u in units]
-        received = attention_received(attention_matrix(lookahead, s["attention_scope"]), s["include_diagonal"])
-        words = lookahead.word_units(sentence)
-        stop_list = stop_words()
-
-        def word_of(t: int):
-            return next((w for w in words if t in w.tokens), None)
-
-        stop = [(w := word_of(t)) is None or w.text.lower() in stop_list for t in tokens]
-        scores = rind_scores(received, lookahead.c.entropies, tokens, stop, s["normalise"],
-                             s["filter_order"] == "before")
-        flagged = [k for k, v in enumerate(scores) if v > s["theta"]]
-        if s["filter_order"] == "after" and flagged:
-            real = [(sentence.start + w.start, sentence.start + w.end)
-                    for w in real_words(lookahead.text[sentence.start:sentence.end])]
-            flagged = [k for k in flagged
-                       if any(a < units[k].end and b > units[k].start for a, b in real)]
-        return Detection(bool(flagged), units, scores, flagged)
+        return rind_detection(lookahead, sentence, s["theta"], s["attention_scope"], s["include_diagonal"],
+                              s["normalise"], s["filter_order"])
 
     def build_query(self, state, lookahead, sentence, detection) -> str:
         return real_words_query(lookahead, detection.first_flagged_token(), state.example.question, state.text,

@@ -1,10 +1,17 @@
-"""SCAAR: semantic-contribution-aware adaptive retrieval (black-box).
+"""SCAAR (semantic-contribution-aware adaptive retrieval): black-box, needs token probabilities only.
 
-When: each word of the look-ahead sentence gets the threshold exp(r'(w)) * theta, r' its normalised
-leave-one-out semantic contribution (SCW); retrieve if any word's probability (the geometric mean of
-its tokens') is below its threshold. What: the top-alpha most contributing words, hallucinated ones
-dropped, appended to the question (PFQ). Needs only token probabilities, so it runs against an API
-model. Any weighting x query pair of the ablation is the same method with `weighting:` / `query:` set.
+When (section 3.2): each word w of the look-ahead sentence gets the threshold exp(r(w)) * theta
+(Eq. 3 as printed), r(w) in [0, 1] its leave-one-out semantic contribution (Eq. 1); retrieve if any
+word's probability (Eq. 4-5: the geometric mean of its tokens') is below its threshold. This reading
+is the default because it reproduces the paper's own Table 2 (SCAAR's N_R next to FLARE's);
+`scaling: normalised` uses r'(w) = |s| r / sum r (Eq. 2) in the exponent instead, which puts the mean
+threshold at e * theta and fires on every sentence for theta > 1/e.
+What (section 3.3, Algorithm 1, PFQ): the words sorted by contribution descending, the top alpha
+kept, the hallucinated ones (below their own threshold) removed, appended to the question in that
+order (`pfq_order: original` keeps sentence order).
+Then (section 3.4): the regenerated sentence, made with only this step's passages, replaces the fired
+one (`keep: first-sentence`), and the loop looks ahead and judges again.
+Any weighting x query cell of the paper's ablation is the same method with `weighting:` / `query:`.
 """
 
 from __future__ import annotations
@@ -15,6 +22,6 @@ from .weighted_threshold import WeightedThreshold
 
 @register("scaar")
 class SCAAR(WeightedThreshold):
-    when = "any word with p < exp(r'(w)) · `theta`, r' its normalised leave-one-out semantic contribution (SCW)"
-    what = 'PFQ: the top-`alpha` contributing words, hallucinated ones dropped, appended to the question'
+    when = "any word with p < exp(r(w)) · `theta` (Eq. 3), r(w) its leave-one-out semantic contribution (SCW)"
+    what = "PFQ: the top-`alpha` contributing words, minus hallucinated ones, appended to the question by contribution"
     default_weighting, default_query = "scw", "pfq"

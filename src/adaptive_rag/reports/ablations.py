@@ -73,7 +73,7 @@ def plot_lines(ablation, frame, path: Path) -> None:
             part = data[data["dataset"] == dataset].dropna(subset=[metric])
             sns.lineplot(data=part, x="x", y=metric, hue="setting", marker="o", ax=ax)
             ax.set_xlabel(ablation.x)
-            ax.set_ylabel({"f1": "F1", "S_eff": "S_eff = (score - wo-RAG score) / N_R"}.get(metric, metric))
+            ax.set_ylabel({"f1": "F1", "S_eff": "S_eff ×100 = 100 (score - wo-RAG score) / N_R"}.get(metric, metric))
             ax.set_title(f"{ablation.name} on {dataset}")
             ax.legend(title=", ".join(others) or "setting", fontsize=8)
     figure.tight_layout()

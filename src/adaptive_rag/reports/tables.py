@@ -1,8 +1,10 @@
 """Methods x metrics tables (markdown for reading, LaTeX for papers, CSV for tools).
 
 S_eff is SCAAR's efficiency: (score - score of wo-RAG on the same questions) / N_R, with F1 as the
-score for multi-hop span datasets and EM for StrategyQA (yes/no). It is computed here, not in the
-score step, because it needs the wo-RAG run of the same dataset.
+score for multi-hop span datasets and EM for StrategyQA (yes/no), reported times 100 because that is
+the scale the paper's tables print (FS-RAG, 2Wiki, 13B: (0.4701 - 0.2779) / 3.48 = 0.0552, printed
+5.52); the column header says so. It is computed here, not in the score step, because it needs the
+wo-RAG run of the same dataset.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ COLUMNS = ("dataset", "method", "questions", "em", "f1", "acc", "N_R", "S_eff", 
 # Which score S_eff uses, by dataset format (SCAAR: F1 for 2Wiki/HotpotQA/IIRC, EM for StrategyQA).
 S_EFF_METRIC = {"strategyqa": "em"}
 BASELINE_TYPE = "wo-rag"
+S_EFF_SCALE = 100  # SCAAR's tables print S_eff x 100
+HEADERS = {"S_eff": "S_eff ×100"}  # column -> header in written tables
 
 
 def s_eff_metric(dataset_format: str) -> str:
@@ -34,7 +38,8 @@ def load_scores(paths: list[Path]) -> list[dict]:
 
 
 def s_eff(score: dict, baseline: dict, metric: str) -> float | None:
-    """(score - baseline) / N_R over the questions both runs answered; None when N_R is 0."""
+    """100 (score - baseline) / N_R over the questions both runs answered (the paper's scale); None
+    when N_R is 0."""
     mine = {q["id"]: q[metric] for q in score["per_question"]}
     base = {q["id"]: q[metric] for q in baseline["per_question"]}
     if set(mine) != set(base):
@@ -43,7 +48,7 @@ def s_eff(score: dict, baseline: dict, metric: str) -> float | None:
     n_r = score["summary"].get("N_R", 0.0)
     if not n_r:
         return None
-    return (sum(mine.values()) - sum(base.values())) / len(mine) / n_r
+    return S_EFF_SCALE * (sum(mine.values()) - sum(base.values())) / len(mine) / n_r
 
 
 def collect_scores(paths: list[Path], params=None):
@@ -94,6 +99,7 @@ def distribution_table(long):
 
 
 def write_tables(frame, markdown: Path, csv: Path, latex: Path | None = None) -> None:
+    frame = frame.rename(columns=HEADERS)
     with atomic_write(csv) as handle:
         frame.to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
     shown = frame.astype(object).where(frame.notna(), None)  # NaN (e.g. S_eff without retrievals) -> "–"

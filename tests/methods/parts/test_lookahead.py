@@ -29,6 +29,22 @@ def test_word_probability_is_geometric_mean_of_its_tokens():
     assert probability(c2.logprobs, Unit("xony", 3, 7, (1,))) == pytest.approx(0.4)
 
 
+def test_eq4_5_byte_fallback_tokens_with_empty_text_count_in_their_words_probability():
+    # " École was built in Zürich.": "É" (two UTF-8 bytes) arrives as an empty token, then "É";
+    # "ü" the same inside "Zürich". Each word's probability is the geometric mean over all its tokens.
+    tokens = [" ", "", "É", "cole", " was", " built", " in", " Z", "", "ü", "rich", "."]
+    probs = [0.9, 0.5, 0.8, 0.2, 0.9, 0.9, 0.9, 0.9, 0.4, 0.1, 0.9, 0.9]
+    la = LookAhead(cont(tokens, probs))
+    assert la.text == " École was built in Zürich."
+    words = la.word_units(la.sentences[0])
+    assert units_of(words) == [("École", 1, 6, (1, 2, 3)), ("was", 7, 10, (4,)), ("built", 11, 16, (5,)),
+                               ("in", 17, 19, (6,)), ("Zürich", 20, 26, (7, 8, 9, 10))]
+    # École: (.5 * .8 * .2) ** (1/3) = .08 ** (1/3) = .4309; Zürich: (.9 * .4 * .1 * .9) ** (1/4) = .4243
+    assert probability(la.c.logprobs, words[0]) == pytest.approx(0.08 ** (1 / 3))
+    assert probability(la.c.logprobs, words[4]) == pytest.approx((0.9 * 0.4 * 0.1 * 0.9) ** 0.25)
+    assert la.tokens_within(len(" École")) == 4  # the empty token is part of the kept text's tokens
+
+
 def test_subwords_punctuation_and_two_sentences():
     tokens = [" In", "ch", "combe", " was", " born", " in", " 1722", ".", " He", " died", ",", " sadly", "."]
     la = LookAhead(cont(tokens))

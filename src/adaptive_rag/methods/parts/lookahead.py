@@ -79,7 +79,10 @@ class LookAhead:
         out = []
         for word in words(self.text[span.start:span.end]):
             start, end = span.start + word.start, span.start + word.end
-            tokens = tuple(i for i, (a, b) in enumerate(self.spans) if a < end and b > start)
+            # an empty token (a byte of a multi-byte character the next token completes) sits where that
+            # character starts: it belongs to the word there and counts in its probability (Eq. 4-5)
+            tokens = tuple(i for i, (a, b) in enumerate(self.spans)
+                           if (a < end and b > start) or (a == b and start <= a < end))
             if tokens:
                 out.append(Unit(word.text, start, end, tokens))
         return out

@@ -15,7 +15,7 @@ from ...io import read_jsonl
 from ...lm.base import Extras
 from ...lm.factory import build_model
 from ...prompts.fewshot import STOP_STRINGS, build_prompt, load_exemplars
-from .components import TriggerContext, attention_weights, scw_weights
+from .components import TriggerContext, attention_weights, normalise, scw_weights
 from .contribution import load_similarity
 from .lookahead import LookAhead
 
@@ -36,7 +36,8 @@ def word_significance(params, dataset: str, question_id: str | None, split: Path
     sentence = lookahead.sentences[0]
     units = lookahead.word_units(sentence)
     context = TriggerContext(question=example.question, similarity=load_similarity(similarity))
-    attn = attention_weights(lookahead, sentence, units, context)
-    scw = scw_weights(lookahead, sentence, units, context)
+    # on one scale: each weighting's raw weights normalised by Eq. 2 (mean 1 over the sentence)
+    attn = normalise(attention_weights(lookahead, sentence, units, context))
+    scw = normalise(scw_weights(lookahead, sentence, units, context))
     rows = [{"position": k, "word": u.text, "ATTN": a, "SCW": s} for k, (u, a, s) in enumerate(zip(units, attn, scw))]
     return example.question, sentence.text, rows
