@@ -74,6 +74,7 @@ def test_yes_no_questions_reduce_the_prediction_first(prediction, gold, em):
         ("So the answer is Martin Luther King Jr.", "Martin Luther King Jr.", True),
         ("So the answer is Jr. Walker.\nQuestion: next", "Jr. Walker", True),
         ("So the answer is B. ", "B", True),  # one letter is not initials: its period goes
+        ("So the answer is No.", "No", True),  # a yes/no answer, not the abbreviation of "number"
         ("So the answer is Paris.\nIt is in France.", "Paris", True),
         ('The answer is "Moving Pictures".', "Moving Pictures", True),
         ('So the answer is Two Dollar Radio "Moving Pictures".', 'Two Dollar Radio "Moving Pictures"', True),

@@ -16,7 +16,7 @@ import re
 _ANSWER_IS = re.compile(r"answer is\s*:?\s*", re.IGNORECASE)
 # A final period that belongs to the answer: initials ("D.C.", "U.S.") or a common abbreviation.
 _ABBREVIATION = re.compile(r"(?:\b[A-Za-z]\.){2,}$|\b(?:Jr|Sr|St|Dr|Mr|Mrs|Ms|Mt|Ft|Inc|Ltd|Co|Corp|Bros|Esq|Jan|Feb|"
-                           r"Mar|Apr|Aug|Sept?|Oct|Nov|Dec|No|Vol|approx|etc)\.$")
+                           r"Mar|Apr|Aug|Sept?|Oct|Nov|Dec|Vol|approx|etc)\.$")
 
 
 def extract_answer(text: str) -> tuple[str, bool]:
