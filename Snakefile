@@ -11,6 +11,7 @@ configfile: "params.yaml"
 
 try:
     P = load_params("params.yaml")
+    P.check_inputs()
 except ConfigError as exc:
     sys.exit(f"error: {exc}")
 if config != P.raw:

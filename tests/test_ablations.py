@@ -124,9 +124,10 @@ def test_significance_needs_one_dataset_and_an_encoder(base):
 def test_a_method_sweep_keeps_the_base_name_for_its_lines(base, tmp_path):
     params = parse_params(base)
     ablation = params.ablations["scaar-theta"]
-    paths = [fake_score(tmp_path / "wo.json", "demo-small", "wo-rag", [0.1, 0.1], 0.0)]
+    dataset = ablation.datasets[0]
+    paths = [fake_score(tmp_path / "wo.json", dataset, "wo-rag", [0.1, 0.1], 0.0)]
     for k, variant in enumerate(ablation.variants):
-        paths.append(fake_score(tmp_path / f"{k}.json", "demo-small", variant.method, [0.2, 0.3], 1.0))
+        paths.append(fake_score(tmp_path / f"{k}.json", dataset, variant.method, [0.2, 0.3], 1.0))
     frame = ablation_frame(ablation, paths, params)
     assert list(frame["method"]) == ["flare-word"] * 3 + ["scaar"] * 3  # the hue of the lines plot
     assert frame["run"].iloc[0] == "scaar-theta--flare-word-0.9"

@@ -44,6 +44,16 @@ def test_repository_params_are_valid(base):
         (lambda d: d.update(sede=1), "sede: unknown key"),
         (lambda d: d["methods"].update({"sr rag/2": {"type": "sr-rag"}}), "methods.sr rag/2: method names may use"),
         (lambda d: d["datasets"].update({"../x": d["datasets"]["demo"]}), "datasets.../x: dataset names may use"),
+        # names become paths and words of Snakemake's shell commands
+        (lambda d: d["corpus"].update(name="c;touch${IFS}PWNED;#"), "corpus.name: corpus names may use ASCII"),
+        (lambda d: d["corpus"].update(name=".."), "corpus.name: corpus names may use"),
+        (lambda d: d["model"].update(name="m$(touch PWNED)"), "model.name: model names may use"),
+        (lambda d: d["model"].update(name="modèle"), "model.name: model names may use ASCII"),
+        (lambda d: d.update(downloads={"a b": {"url": "file:///x"}}), "downloads.a b: download names may use"),
+        # YAML's .nan and .inf are floats, and no threshold means anything at either
+        (lambda d: d["methods"]["flare"].update(theta=float("nan")), "methods.flare.theta: expected a finite number"),
+        (lambda d: d["methods"]["scaar"].update(theta=float("inf")), "methods.scaar.theta: expected a finite number"),
+        (lambda d: d["retrieval"]["bm25"].update(k1=float("-inf")), "retrieval.bm25.k1: expected a finite number"),
     ],
 )
 def test_invalid_params_name_the_key(base, mutate, message):
@@ -70,3 +80,50 @@ def test_unreadable_files(tmp_path):
     bad.write_text("model:\n  name: [unclosed\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: line \d+: invalid YAML"):
         load_params(bad)
+
+
+def test_duplicate_yaml_keys_are_an_error_naming_both_lines(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text((REPO / "params.yaml").read_text().replace("  dtype: float32", "  dtype: float32\n  dtype: float16", 1))
+    with pytest.raises(ConfigError, match=r"params.yaml: line (\d+): invalid YAML \(duplicate key 'dtype' \(first on line"):
+        load_params(path)
+
+
+@pytest.mark.parametrize("key, edit", [
+    ("datasets.demo.path", lambda d: d["datasets"]["demo"].update(path="data/demo/nope.json")),
+    ("datasets.demo.exemplars", lambda d: d["datasets"]["demo"].update(exemplars="data/demo/nope.json")),
+    ("corpus.passages", lambda d: d["corpus"].update(passages="data/demo/nope.tsv")),
+])
+def test_missing_input_files_fail_check_params_naming_key_and_file(base, key, edit, monkeypatch):
+    monkeypatch.chdir(REPO)
+    data = copy.deepcopy(base)
+    edit(data)
+    params = parse_params(data, "params.yaml")
+    with pytest.raises(ConfigError, match=rf"^params.yaml: {key}: file not found: data/demo/nope\.(json|tsv); "
+                                          "no `downloads:` entry produces it"):
+        params.check_inputs()
+
+
+def test_files_a_download_produces_need_not_exist_yet(base, monkeypatch, tmp_path):
+    """The paper profiles name files under data/raw/ that only their download step creates."""
+    monkeypatch.chdir(tmp_path)  # nothing exists here
+    base["downloads"] = {"bundle": {"url": "file:///x/bundle.zip", "extract": ["bundle/dev.json"]},
+                         "psgs": {"url": "file:///x/psgs.tsv"}}
+    base["datasets"] = {"demo": {**base["datasets"]["demo"], "path": "data/raw/bundle/dev.json",
+                                 "exemplars": "builtin:hotpotqa"}}
+    base["datasets"]["demo"]["sample"] = {"mode": "random", "size": None, "seed": 0}
+    base["corpus"]["passages"] = "data/raw/psgs/psgs.tsv"
+    base["ablations"] = {}
+    base["experiment"]["datasets"] = ["demo"]
+    parse_params(base).check_inputs()
+
+
+def test_check_params_exits_2_with_one_error_line(tmp_path, monkeypatch, capsys):
+    from adaptive_rag import cli
+
+    params = tmp_path / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text().replace("data/demo/psgs_demo.tsv", "data/demo/gone.tsv"))
+    monkeypatch.chdir(REPO)
+    assert cli.main(["--params", str(params), "check-params"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {params}: corpus.passages: file not found: data/demo/gone.tsv; no `downloads:` entry produces it\n"

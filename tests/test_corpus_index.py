@@ -103,3 +103,43 @@ def test_index_count_mismatch_is_an_error(collection, tmp_path):
 def test_opening_a_missing_index_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match="not a Lucene index"):
         BM25Retriever(tmp_path)
+
+
+LONG_TSV = "id\ttext\ttitle\n" + "".join(f"{i}\tpassage {i} about {i * 7919 % 104729}\tT{i}\n" for i in range(3000))
+
+
+def _gzipped(path, text):
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.write_bytes(_gzipped(p, LONG_TSV).read_bytes()[:2000]), "not a readable gzip file: it breaks off"),
+    (lambda p: p.write_text(TSV), "not a readable gzip file: it breaks off after line 0"),  # plain text named .gz
+])
+def test_damaged_gzip_dump_is_an_error_naming_the_file(tmp_path, damage, message):
+    tsv = tmp_path / "psgs_w100.tsv.gz"
+    damage(tsv)
+    with pytest.raises(InputError) as err:
+        convert_to_collection(tsv, tmp_path / "out")
+    assert str(err.value).startswith(f"{tsv}: {message}")
+
+
+def test_a_tsv_that_is_not_utf8_is_an_error_naming_the_file(tmp_path):
+    tsv = tmp_path / "psgs.tsv"
+    tsv.write_bytes(TSV.encode() + b"6\tcaf\xe9 in Latin-1\tCafe\n")
+    with pytest.raises(InputError, match=r"psgs.tsv: line 7: not UTF-8 text \(invalid continuation byte\)"):
+        list(iter_passages(tsv))
+
+
+@pytest.mark.slow  # Anserini's IndexCollection runs in a java process
+def test_a_damaged_lucene_index_is_an_error_not_a_java_traceback(collection, tmp_path):
+    _, out, manifest = collection
+    build_index(out, tmp_path / "index", threads=1, expected=manifest["passages"])
+    for segments in (tmp_path / "index").glob("segments_*"):
+        segments.write_bytes(b"not a segments file")
+    with pytest.raises(InputError, match=r"index: the Lucene index cannot be read \(.+\); delete the directory"):
+        BM25Retriever(tmp_path / "index")

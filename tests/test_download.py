@@ -1,4 +1,5 @@
-"""`fetch` against a real HTTP server on 127.0.0.1 that supports Range and can drop connections."""
+"""`fetch` against a real HTTP server on 127.0.0.1 that supports Range and can drop connections, and
+against `file://` URLs (the CLI and the Snakemake rule on file:// stand-ins: test_profile_downloads.py)."""
 
 from __future__ import annotations
 
@@ -213,3 +214,51 @@ def test_unpinned_download_warns_and_returns_computed_sha256(server, tmp_path, c
 def test_filename_must_be_a_plain_name():
     with pytest.raises(InputError, match="plain file name"):
         RemoteFile(url="http://127.0.0.1/x", filename="../x")
+
+
+# ---- file:// URLs ----
+
+def local(tmp_path, sha256=SHA, size=len(PAYLOAD)) -> RemoteFile:
+    source = tmp_path / "remote" / "data.bin"
+    source.parent.mkdir(exist_ok=True)
+    source.write_bytes(PAYLOAD)
+    return RemoteFile(url=source.as_uri(), filename="data.bin", sha256=sha256, size=size)
+
+
+def test_file_url_is_copied_and_verified(tmp_path):
+    result = fetch_with_sha256(local(tmp_path), tmp_path / "dl", progress=False)
+    assert result.verified and result.sha256 == SHA
+    assert result.path.read_bytes() == PAYLOAD and not result.path.is_symlink()
+    assert sorted(p.name for p in result.path.parent.iterdir()) == ["data.bin"]
+
+
+@pytest.mark.parametrize("kept", [1000, len(PAYLOAD), len(PAYLOAD) + 10])
+def test_file_url_rewrites_a_left_over_part_from_zero(tmp_path, kept, caplog):
+    """A local file has no Range support: a `.part` (even one of the pinned size) is copied again, quietly."""
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / "data.bin.part").write_bytes(os.urandom(kept))  # bytes that must not survive
+    with caplog.at_level(logging.WARNING, logger="adaptive_rag.data"):
+        path = fetch(local(tmp_path), tmp_path / "dl", progress=False)
+    assert path.read_bytes() == PAYLOAD and not (tmp_path / "dl" / "data.bin.part").exists()
+    assert caplog.records == []  # no "server ignored the Range request": there is no server
+
+
+def test_file_url_with_wrong_sha256_names_both_digests(tmp_path):
+    remote = local(tmp_path, sha256="0" * 64)
+    with pytest.raises(InputError) as err:
+        fetch(remote, tmp_path / "dl", progress=False)
+    assert str(err.value) == (f"download of {remote.url} does not match: expected sha256={'0' * 64}, got sha256={SHA} "
+                              f"(deleted {tmp_path / 'dl' / 'data.bin.part'})")
+    assert list((tmp_path / "dl").iterdir()) == []
+
+
+@pytest.mark.parametrize(("target", "why"), [("nope.bin", "No such file or directory"), ("", "Is a directory")])
+def test_missing_file_url_fails_at_once(tmp_path, monkeypatch, target, why):
+    calls = []
+    transfer = download._transfer
+    monkeypatch.setattr(download, "_transfer", lambda *a: calls.append(a) or transfer(*a))
+    url = (tmp_path / target).as_uri()
+    with pytest.raises(InputError) as err:
+        fetch(RemoteFile(url=url, filename="x.bin"), tmp_path / "dl", progress=False)
+    assert str(err.value) == f"cannot download {url}: {why}"
+    assert len(calls) == 1 and list((tmp_path / "dl").iterdir()) == []

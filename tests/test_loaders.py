@@ -285,8 +285,8 @@ def test_strategyqa_errors(tmp_path, records, fragments):
 @pytest.mark.parametrize("text, fragments", [
     ('{"question": "q", "answer": ["a"]}\n{"question": "r", "answer": "b"}\n',
      ["line 2, field 'answer': expected list, got str"]),
-    ('{"question": "q", "answer": ["a"]}\n\n{"question": "r", "answer": ["b", 2]}\n',
-     ["line 3, field 'answer[1]': expected str, got int"]),
+    ('{"question": "q", "answer": ["a"]}\n{"question": "r", "answer": ["b", 2]}\n',
+     ["line 2, field 'answer[1]': expected str, got int"]),
     ('{"question": "q", "answer": ["a"]}\n{"question": "r", "answer": []}\n',
      ["line 2, field 'answer': is an empty list"]),
     ('{"answer": ["a"]}\n', ["line 1, field 'question': missing"]),
@@ -299,9 +299,14 @@ def test_nq_errors_name_the_line(tmp_path, text, fragments):
     _raises(load_nq, _write(tmp_path, "NQ-open.dev.jsonl", text), *fragments)
 
 
-def test_nq_blank_lines_keep_their_place_in_the_ids(tmp_path):
+def test_nq_a_blank_line_inside_the_file_is_an_error_not_shifted_ids(tmp_path):
     path = _write(tmp_path, "nq.jsonl", '{"question": "q", "answer": ["a"]}\n\n{"question": "r", "answer": ["b"]}\n')
-    assert [e.id for e in load_nq(path)] == ["nq-0", "nq-2"]
+    _raises(load_nq, path, "nq.jsonl: line 2: blank line", "shift every later question's id")
+
+
+def test_nq_ids_are_line_positions_and_trailing_blank_lines_are_harmless(tmp_path):
+    path = _write(tmp_path, "nq.jsonl", '{"question": "q", "answer": ["a"]}\n{"question": "r", "answer": ["b"]}\n\n')
+    assert [e.id for e in load_nq(path)] == ["nq-0", "nq-1"]
 
 
 T = {"Question": "q?", "QuestionId": "t1", "Answer": {"Value": "v", "Aliases": ["v", "w"], "Type": "FreeForm"}}

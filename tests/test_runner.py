@@ -1,12 +1,15 @@
 """Generation jobs: resumable after a kill, and split across Accelerate processes, with equal results."""
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+import yaml
 
 from conftest import copy_workflow, edit_params, run
 
@@ -34,21 +37,27 @@ def job(tiny_model_dir, tmp_path_factory):
     return root, command
 
 
+def start_and_kill(args, cwd, progress, batches):
+    """Start a generate job and SIGKILL it once its progress log holds `batches` finished batches
+    (after its key line); returns how many it had finished."""
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not progress.exists() or len(progress.read_bytes().splitlines()) < 1 + batches):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return len(progress.read_bytes().splitlines()) - 1
+
+
 def test_killed_run_resumes_to_the_uninterrupted_result(job):
     root, command = job
     run(command(root / "straight"), root)
     expected = (root / "straight/predictions.jsonl").read_bytes()
     assert len(expected.splitlines()) == 12
 
-    proc = subprocess.Popen(command(root / "killed"), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     progress = root / "killed/.progress/rank0.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not progress.exists() or len(progress.read_bytes().splitlines()) < 2):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    finished = len(progress.read_bytes().splitlines())
-    assert 2 <= finished < 6, "the job was not killed mid-way"
+    finished = start_and_kill(command(root / "killed"), root, progress, 1)
+    assert 1 <= finished < 6, "the job was not killed mid-way"
     assert not (root / "killed/predictions.jsonl").exists()
     with open(progress, "ab") as handle:  # a kill can also cut a line short
         handle.write(b'{"batch": 5, "recor')
@@ -58,6 +67,49 @@ def test_killed_run_resumes_to_the_uninterrupted_result(job):
     assert not (root / "killed/.progress").exists()
     assert f'"resumed_batches": {finished}' in (root / "killed/provenance.json").read_text()
     assert "12 questions" in result.stdout
+
+
+@pytest.mark.parametrize("setting, value", [("batch_size", 4), ("max_new_tokens", 12)])
+def test_a_resume_after_a_settings_change_is_never_mixed(job, setting, value):
+    """Killed with one setting, rerun with another: the rerun equals an uninterrupted run with the new
+    setting (the old batches are discarded, and provenance says how many), never a mix of the two."""
+    root, command = job
+    changed = root / f"params-{setting}.yaml"
+    changed.write_text((root / "params.yaml").read_text())
+    data = yaml.safe_load(changed.read_text())
+    data["generation"][setting] = value
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def with_params(args, params):
+        return [*args[:3], "--params", params, *args[3:]]
+
+    run(with_params(command(root / f"{setting}-straight"), changed.name), root)
+    out = root / f"{setting}-killed"
+    finished = start_and_kill(command(out), root, out / ".progress/rank0.jsonl", 2)
+    assert finished >= 2
+    result = run(with_params(command(out), changed.name), root)
+    assert (out / "predictions.jsonl").read_bytes() == (root / f"{setting}-straight/predictions.jsonl").read_bytes()
+    record = json.loads((out / "provenance.json").read_text())
+    assert record["discarded_batches"] == finished and record["resumed_batches"] == 0
+    assert re.search(r"made with different [a-z, ]*settings", result.stderr), result.stderr[:600]
+
+
+def test_a_second_process_cannot_write_a_run_in_progress(job):
+    """An orphaned job (its Snakemake parent killed) still running: a rerun stops and names its pid."""
+    root, command = job
+    out = root / "contended"
+    first = subprocess.Popen(command(out), cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        progress = out / ".progress/rank0.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and not progress.exists():
+            time.sleep(0.05)
+        second = run(command(out), root, check=False)
+        assert second.returncode == 2, second.stderr
+        assert f"another process (pid {first.pid}) is writing this run" in second.stderr
+    finally:
+        first.kill()
+        first.wait()
 
 
 def test_two_accelerate_processes_equal_one(job):

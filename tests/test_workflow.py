@@ -108,3 +108,68 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
     shutil.rmtree(dv / ".dvc/cache")
     run(["dvc", "pull"], dv)
     assert filecmp.cmp(dv / "data/runs/demo/sr-rag/predictions.jsonl", tmp_path / "expected.jsonl", shallow=False)
+
+
+def test_a_name_with_shell_syntax_stops_snakemake_before_any_command_runs(tmp_path):
+    copy_workflow(tmp_path)
+    edit_params(tmp_path, lambda d: d["corpus"].update(name="c;touch${IFS}PWNED;#"))
+    result = snakemake(tmp_path, "data/corpus/c", check=False)
+    assert result.returncode != 0
+    assert "error: params.yaml: corpus.name: corpus names may use ASCII letters" in result.stderr
+    assert not list(tmp_path.rglob("PWNED")) and not (tmp_path / "logs").exists()
+
+
+def test_free_text_reaches_a_command_as_one_quoted_argument(tiny_llama_dir, tmp_path):
+    """A question id is free text that Snakemake puts on a command line: it arrives as one argument
+    (the step then fails on the unknown id), and the shell runs nothing it contains."""
+    copy_workflow(tmp_path)
+    payload = "x'; touch PWNED; echo '"
+
+    def edit(data):
+        tiny_params(tiny_llama_dir)(data)
+        data["ablations"]["word-significance"]["question"] = payload
+    edit_params(tmp_path, edit)
+    result = snakemake(tmp_path, "reports/ablations/word-significance.png", check=False)
+    assert result.returncode != 0
+    assert not list(tmp_path.rglob("PWNED"))
+    log = (tmp_path / "logs/ablations/word-significance.log").read_text()
+    assert payload in log and log.startswith("error: ")
+
+
+def test_a_killed_snakemake_reruns_after_unlock_and_resumes_to_the_same_result(tiny_llama_dir, tmp_path):
+    """kill -9 of Snakemake and its jobs (a crash): the rerun stops on Snakemake's lock, `--unlock`
+    clears it, and the rerun resumes the generation job to the uninterrupted result."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    target = "data/runs/demo/wo-rag/predictions.jsonl"
+    roots = {}
+    for name in ("straight", "killed"):
+        roots[name] = copy_workflow(tmp_path / name)
+        edit_params(roots[name], tiny_params(tiny_llama_dir))
+        edit_params(roots[name], lambda d: d["generation"].update(batch_size=1, max_new_tokens=24))
+    snakemake(roots["straight"], target)
+
+    root = roots["killed"]
+    snakemake(root, "data/splits/demo.jsonl", "data/models/tiny")
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", target], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    progress = root / "data/runs/demo/wo-rag/.progress/rank0.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not progress.exists() or len(progress.read_bytes().splitlines()) < 2):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # Snakemake, its shell and the generate job
+    proc.wait()
+    finished = len(progress.read_bytes().splitlines()) - 1
+    assert 1 <= finished < 4, "the job was not killed mid-way"
+
+    locked = snakemake(root, target, check=False)
+    assert locked.returncode != 0 and "--unlock" in locked.stderr + locked.stdout
+    snakemake(root, "--unlock")
+    snakemake(root, target)
+    assert (root / target).read_bytes() == (roots["straight"] / target).read_bytes()
+    record = json.loads((root / "data/runs/demo/wo-rag/provenance.json").read_text())
+    assert record["resumed_batches"] == finished

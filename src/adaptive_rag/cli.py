@@ -22,6 +22,7 @@ def _params(args):
 
 def cmd_check_params(args) -> None:
     params = _params(args)
+    params.check_inputs()
     print(f"{args.params}: ok ({len(params.datasets)} datasets, {len(params.methods)} methods; "
           f"experiment {params.experiment_datasets} x {params.experiment_methods})")
 
@@ -53,18 +54,37 @@ def cmd_model(args) -> None:
           f"saved as {identity['saved_dtype']}) -> {args.out}")
 
 
-def cmd_download(args) -> None:
-    from .data.archives import extract_members
-    from .data.download import RemoteFile, fetch_with_sha256
-
+def _download_entry(args):
     params = _params(args)
     if args.name not in params.downloads:
         raise ConfigError(f"unknown download {args.name!r}; params.yaml defines: {', '.join(params.downloads) or 'none'}")
-    d = params.downloads[args.name]
+    return params, params.downloads[args.name]
+
+
+def cmd_download(args) -> None:
+    from .data.download import RemoteFile, fetch_with_sha256
+
+    params, d = _download_entry(args)
     fetched = fetch_with_sha256(RemoteFile(d.url, d.filename, d.sha256, d.size), d.directory, params.mirrors)
     state = "verified" if fetched.verified else "NOT verified (no sha256 pinned in params.yaml)"
     print(f"download {d.name}: {fetched.path} sha256={fetched.sha256} {state}")
-    for path in extract_members(fetched.path, d.extract, Path(d.directory)):
+    if not args.no_extract:
+        cmd_extract(args)
+
+
+def cmd_extract(args) -> None:
+    """Separate from fetching so that a wrong member path never costs the (verified, maybe 13 GB)
+    archive: Snakemake deletes a failed job's outputs, and the archive is not this step's output."""
+    from .data.archives import extract_members
+
+    _, d = _download_entry(args)
+    if not d.extract:  # not an archive, or one used as it is (a .tsv.gz is read compressed): keep it as fetched
+        return
+    try:
+        extracted = extract_members(Path(d.path), d.extract, Path(d.directory))
+    except InputError as exc:
+        raise InputError(f"{args.params}: downloads.{d.name}.extract: {exc}") from None
+    for path in extracted:
         print(f"download {d.name}: extracted {path}")
 
 
@@ -242,7 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
     p.add_argument("--out", required=True)
-    p = step("download", cmd_download, "fetch one `downloads:` entry (resumable, verified, mirror-aware)")
+    p = step("download", cmd_download, "fetch one `downloads:` entry (resumable, verified, mirror-aware) "
+                                       "and unpack its `extract` members")
+    p.add_argument("--name", required=True)
+    p.add_argument("--no-extract", action="store_true", help="fetch only (the workflow extracts in its own step)")
+    p = step("extract", cmd_extract, "unpack the `extract` members of an already fetched `downloads:` entry")
     p.add_argument("--name", required=True)
     p = step("corpus", cmd_corpus, "convert corpus.passages (DPR TSV) into a pyserini JsonCollection")
     p.add_argument("--out", required=True)

@@ -153,6 +153,24 @@ class Params:
     mirrors: tuple[str, ...] = ()
     ablations: dict = field(default_factory=dict)  # name -> ablations.Ablation
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+    source: str = field(default="params.yaml", compare=False)  # the file, for error messages
+
+    def check_inputs(self) -> None:
+        """Every input file params names exists, or a `downloads:` entry produces it: checked before
+        any work starts (`check-params`, Snakemake start-up), not when a step finally reads it."""
+        produced = {os.path.normpath(p) for d in self.downloads.values() for p in (d.path, *d.extracted_paths())}
+        files = [("corpus.passages", self.corpus.passages)]
+        for name, ds in self.datasets.items():
+            files.append((f"datasets.{name}.path", ds.path))
+            if not ds.exemplars.startswith("builtin:"):
+                files.append((f"datasets.{name}.exemplars", ds.exemplars))
+        missing = [(key, path) for key, path in files
+                   if not Path(path).is_file() and os.path.normpath(path) not in produced]
+        if missing:
+            key, path = missing[0]
+            more = f" (and {len(missing) - 1} more: {', '.join(k for k, _ in missing[1:])})" if len(missing) > 1 else ""
+            where = "a directory, not a file" if Path(path).is_dir() else "file not found"
+            raise ConfigError(f"{self.source}: {key}: {where}: {path}; no `downloads:` entry produces it{more}")
 
     def dataset(self, name: str) -> DatasetConfig:
         if name not in self.datasets:
@@ -162,6 +180,15 @@ class Params:
     def retriever_kind(self, dataset: str, method: str) -> str:
         """The index a run searches: the method's own `retriever:` setting, else `retrieval.type`."""
         return self.method(method).settings_for(dataset).get("retriever") or self.retrieval.type
+
+    def run_settings(self, dataset: str, method: str) -> list:
+        """Every setting a generation run's results depend on, and nothing else: the generate rule
+        reruns when it changes, and a run's progress log is bound to it (`progress.ProgressLog`)."""
+        retrieves = method_class(self.method(method).type).needs_retriever
+        sections = (self.seed, self.model, self.generation.decoding, self.generation.max_new_tokens,
+                    self.generation.batch_size, self.generation.answer_fallback_tokens, self.method(method),
+                    self.dataset(dataset), self.retrieval if retrieves else None)
+        return [as_dict(s) for s in sections]
 
     def method(self, name: str) -> MethodConfig:
         if name not in self.methods:
@@ -193,8 +220,7 @@ def _model(s: Section) -> ModelConfig:
     )
     if not (cfg.device == "cpu" or cfg.device == "cuda" or cfg.device.startswith("cuda:")):
         raise s.fail("device", f"must be cpu, cuda or cuda:N; got {cfg.device!r}")
-    if "/" in cfg.name or cfg.name.startswith("."):
-        raise s.fail("name", f"is a directory name under data/models/, not a path; got {cfg.name!r}")
+    check_name(s, "name", "model", cfg.name)  # data/models/<name>
     s.done()
     return cfg
 
@@ -202,8 +228,7 @@ def _model(s: Section) -> ModelConfig:
 def _corpus(s: Section) -> CorpusConfig:
     cfg = CorpusConfig(name=s.str("name"), passages=s.str("passages"),
                        expected_passages=s.int("expected_passages", None, minimum=1, allow_none=True))
-    if "/" in cfg.name:
-        raise s.fail("name", f"is a directory name under data/corpus/, not a path; got {cfg.name!r}")
+    check_name(s, "name", "corpus", cfg.name)  # data/corpus/<name>, data/index/<name>
     s.done()
     return cfg
 
@@ -372,9 +397,28 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
         experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations, raw=data,
+        source=source,
     )
     top.done()
     return params
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML keeps the last of two equal keys silently; in a params file that hides an edit."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                continue  # an unhashable key: SafeLoader's own error follows
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key].line + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
 
 
 def load_params(path: str | os.PathLike = "params.yaml") -> Params:
@@ -382,7 +426,9 @@ def load_params(path: str | os.PathLike = "params.yaml") -> Params:
     if not path.is_file():
         raise ConfigError(f"params file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -91,10 +91,10 @@ def read_jsonl(path: str | os.PathLike, what: str = "JSONL file") -> list[Any]:
     return [record for _, record in iter_jsonl(path, what)]
 
 
-def recover_log(path: str | os.PathLike) -> list[Any]:
+def recover_log(path: str | os.PathLike, trim: bool = True) -> list[Any]:
     """The records of an append-only JSONL log whose writer may have been killed mid-line: every
-    complete line up to the first one that does not parse; the torn tail is cut off the file, so the
-    next append starts on a clean line."""
+    complete line up to the first one that does not parse. With `trim` (only the log's own writer
+    may ask for it) the torn tail is cut off the file, so the next append starts on a clean line."""
     records, good = [], 0
     with open(path, "rb") as handle:
         for line in handle:
@@ -103,7 +103,7 @@ def recover_log(path: str | os.PathLike) -> list[Any]:
             except ValueError:
                 break
             good += len(line)
-    if good != os.path.getsize(path):
+    if trim and good != os.path.getsize(path):
         with open(path, "r+b") as handle:
             handle.truncate(good)
     return records

@@ -5,7 +5,9 @@ Why it is built this way:
   run and every Accelerate process compute exactly the batches an uninterrupted single-process run
   computes, so their results are identical, not merely close.
 - Each finished batch is appended (flushed and fsynced) to a per-process progress log under
-  `<out>/.progress/`; a killed job loses at most the batch in flight and a rerun skips what is done.
+  `<out>/.progress/`; a killed job loses at most the batch in flight and a rerun skips what is done,
+  but only batches made from the same settings, split, exemplars, model, index and code
+  (`progress.ProgressLog` keys each log on them and lets one process write it at a time).
 - The three declared outputs are written only when every batch is done, atomically, predictions
   last: Snakemake and DVC never see a half-written run as complete.
 - predictions.jsonl holds only what is deterministic for a given params.yaml (reruns compare
@@ -26,26 +28,19 @@ from .config import Params, as_dict
 from .data.datasets import Example
 from .errors import InputError
 from .evaluation.answer import extract_answer
-from .io import dumps_line, read_jsonl, recover_log, write_json, write_jsonl
+from .io import read_jsonl, write_json, write_jsonl
 from .lm.factory import build_model
 from .methods.registry import method_class
 from .methods.base import Context
-from .prompts.fewshot import load_exemplars
+from .progress import ProgressLog, code_digest, digest, file_digest
+from .prompts.fewshot import load_exemplars, resolve_exemplars
 from .retrieval.factory import open_retriever
-
-PROGRESS = ".progress"
 
 
 def process_rank() -> tuple[int, int, int]:
     """(rank, world size, local rank) as set by `accelerate launch` (or torchrun); (0, 1, 0) otherwise."""
     return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
             int(os.environ.get("LOCAL_RANK", 0)))
-
-
-def _read_progress(progress_dir: Path) -> dict[int, list[dict]]:
-    """Finished batches from every process's log; a line cut short by a kill is dropped (and trimmed)."""
-    return {entry["batch"]: entry["records"] for path in sorted(progress_dir.glob("rank*.jsonl"))
-            for entry in recover_log(path)}
 
 
 def run_generation(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
@@ -59,11 +54,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     exemplars = load_exemplars(ds.exemplars, ds.num_exemplars)
     size = params.generation.batch_size
     batches = [examples[i:i + size] for i in range(0, len(examples), size)]
-
-    progress_dir = out_dir / PROGRESS
-    progress_dir.mkdir(parents=True, exist_ok=True)
-    done = _read_progress(progress_dir)
-    mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
+    batch_ids = [[e.id for e in batch] for batch in batches]
 
     retriever = None
     if cls.needs_retriever:
@@ -71,61 +62,75 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
             raise InputError(f"method {method!r} retrieves but no index was given (--index)")
         retriever = open_retriever(params.retriever_kind(dataset, method), index_dir, params.retrieval.k1,
                                    params.retrieval.b)
-    lm = build_model(params, model_dir, local_rank) if mine else None
-    if lm is not None:
-        from .lm.base import require
+    inputs = {"settings": digest(params.run_settings(dataset, method)), "split": file_digest(split),
+              "exemplars": file_digest(resolve_exemplars(ds.exemplars)),
+              "model": digest(_model_files(params, model_dir)),
+              "index": digest(retriever.identity() if retriever else None), "code": code_digest()}
+    with ProgressLog(out_dir, rank, inputs) as progress:
+        done = progress.finished(batch_ids)
+        mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
+        lm = build_model(params, model_dir, local_rank) if mine else None
+        if lm is not None:
+            from .lm.base import require
 
-        require(lm.capabilities, cls.needs_for(settings), f"method {method!r}", params.model.backend)
-    runner = cls(settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
-                                    max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
-                                    retriever=retriever,
-                                    answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                                    query_max_words=params.retrieval.query_max_words))
+            require(lm.capabilities, cls.needs_for(settings), f"method {method!r}", params.model.backend)
+        runner = cls(settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
+                                        max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
+                                        retriever=retriever,
+                                        answer_fallback_tokens=params.generation.answer_fallback_tokens,
+                                        query_max_words=params.retrieval.query_max_words))
+        with tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
+                  unit=" q", disable=not progress_bar or rank != 0) as bar:
+            for b in mine:
+                answers = runner.answer_batch(batches[b])
+                progress.append(b, [_record(example, answer) for example, answer in zip(batches[b], answers)])
+                bar.update(len(answers))
 
-    bar = tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
-               unit=" q", disable=not progress_bar or rank != 0)
-    with open(progress_dir / f"rank{rank}.jsonl", "a", encoding="utf-8") as log:
-        for b in mine:
-            answers = runner.answer_batch(batches[b])
-            records = [_record(example, answer) for example, answer in zip(batches[b], answers)]
-            log.write(dumps_line({"batch": b, "records": records}))
-            log.flush()
-            os.fsync(log.fileno())
-            bar.update(len(records))
-    bar.close()
+        if world > 1:
+            from accelerate import PartialState
 
-    if world > 1:
-        from accelerate import PartialState
+            PartialState().wait_for_everyone()
+            if rank != 0:
+                return None
+        done = progress.finished(batch_ids)
+        missing = [b for b in range(len(batches)) if b not in done]
+        if missing:
+            raise RuntimeError(f"{out_dir}: batches {missing[:5]} were not produced by any process")
+        records = [r for b in range(len(batches)) for r in done[b]]
 
-        PartialState().wait_for_everyone()
-        if rank != 0:
-            return None
-    done = _read_progress(progress_dir)
-    missing = [b for b in range(len(batches)) if b not in done]
-    if missing:
-        raise RuntimeError(f"{out_dir}: batches {missing[:5]} were not produced by any process")
-    records = [r for b in range(len(batches)) for r in done[b]]
-
-    stats = lm.cache.stats() if lm is not None and hasattr(lm, "cache") else None
-    record = {
-        "dataset": dataset, "method": method, "method_type": mcfg.type, "questions": len(examples),
-        "started": started, "finished": provenance.now(), "wall_time_s": round(time.perf_counter() - start, 2),
-        "resumed_batches": len(batches) - len(mine) if world == 1 else None, "processes": world,
-        "git": provenance.git_state(), "versions": provenance.package_versions(), "host": provenance.host(),
-        "seeds": {"global": params.seed, "sample": ds.sample.seed},
-        "params": {"model": as_dict(params.model), "generation": as_dict(params.generation),
-                   "dataset": as_dict(ds), "method": {"name": method, "type": mcfg.type, "settings": settings},
-                   "retrieval": as_dict(params.retrieval)},
-        "model": lm.identity() if lm is not None else _model_identity(params, model_dir),
-        "index": retriever.identity() if retriever else None,
-        "call_cache": stats,
-    }
-    write_jsonl(out_dir / "trace.jsonl", (r["trace"] for r in records))
-    write_json(out_dir / "provenance.json", record)
-    # Written last: Snakemake and DVC treat a run as finished only when all three outputs exist.
-    write_jsonl(out_dir / "predictions.jsonl", (r["prediction"] for r in records))
-    shutil.rmtree(progress_dir, ignore_errors=True)
+        stats = lm.cache.stats() if lm is not None and hasattr(lm, "cache") else None
+        record = {
+            "dataset": dataset, "method": method, "method_type": mcfg.type, "questions": len(examples),
+            "started": started, "finished": provenance.now(), "wall_time_s": round(time.perf_counter() - start, 2),
+            "resumed_batches": len(batches) - len(mine) if world == 1 else None, "processes": world,
+            "discarded_batches": progress.discarded,
+            "git": provenance.git_state(), "versions": provenance.package_versions(), "host": provenance.host(),
+            "seeds": {"global": params.seed, "sample": ds.sample.seed},
+            "params": {"model": as_dict(params.model), "generation": as_dict(params.generation),
+                       "dataset": as_dict(ds), "method": {"name": method, "type": mcfg.type, "settings": settings},
+                       "retrieval": as_dict(params.retrieval)},
+            "model": lm.identity() if lm is not None else _model_identity(params, model_dir),
+            "index": retriever.identity() if retriever else None,
+            "call_cache": stats,
+        }
+        write_jsonl(out_dir / "trace.jsonl", (r["trace"] for r in records))
+        write_json(out_dir / "provenance.json", record)
+        # Written last: Snakemake and DVC treat a run as finished only when all three outputs exist.
+        write_jsonl(out_dir / "predictions.jsonl", (r["prediction"] for r in records))
+    shutil.rmtree(progress.directory, ignore_errors=True)
     return record
+
+
+def _model_files(params: Params, model_dir: Path | None) -> dict | None:
+    """What identifies the weights a run's progress was made with, without loading them: the model
+    step's identity record (weights sha256), else each file's size and modification time."""
+    if params.model.backend != "hf" or model_dir is None:
+        return None  # the API model's name and URL are part of the run's settings
+    from .lm.models import IDENTITY
+
+    if (model_dir / IDENTITY).is_file():
+        return _model_identity(params, model_dir)
+    return {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(model_dir.iterdir()) if p.is_file()}
 
 
 def _model_identity(params: Params, model_dir: Path | None) -> dict | None:

@@ -7,6 +7,7 @@ each other to share it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .errors import ConfigError
@@ -58,9 +59,11 @@ class Section:
 
     def float(self, name: str, default: Any = MISSING, minimum: float | None = None) -> float:
         value = self.raw(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (minimum is not None and value < minimum):
+        # YAML's .nan and .inf are floats; no setting of ours means anything at either
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or (minimum is not None and value < minimum)):
             bound = f" >= {minimum}" if minimum is not None else ""
-            raise self.fail(name, f"expected a number{bound}, got {show(value)}")
+            raise self.fail(name, f"expected a finite number{bound}, got {show(value)}")
         return float(value)
 
     def bool(self, name: str, default: Any = MISSING) -> bool:
@@ -91,10 +94,14 @@ def show(value: Any) -> str:
     return repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
 
 
-def check_name(s: Section, name: str, what: str) -> None:
-    """Names become directory names and Snakemake wildcards: keep them to a safe alphabet."""
-    if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):
-        raise s.fail(name, f"{what} names may use letters, digits, '-', '_' and '.' only")
+def check_name(s: Section, key: str, what: str, name: Any = MISSING) -> None:
+    """Names become directory names, Snakemake wildcards and words of shell commands: keep them to an
+    alphabet no shell or path gives a meaning to. `name` defaults to `key` (a mapping's own keys)."""
+    name = key if name is MISSING else name
+    if (not isinstance(name, str) or not name or name.startswith(".")
+            or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in name)):
+        raise s.fail(key, f"{what} names may use ASCII letters, digits, '-', '_' and '.' only, and may not "
+                          f"start with '.'; got {show(name)}")
 
 
 def optional_str(s: Section, name: str) -> str:

@@ -27,7 +27,7 @@ rule ablation:
     log:
         "logs/ablations/{ablation}.log",
     shell:
-        "{CLI} ablation --name {wildcards.ablation} --scores {input} --out-prefix {params.prefix} > {log} 2>&1"
+        "{CLI} ablation --name {wildcards.ablation:q} --scores {input:q} --out-prefix {params.prefix:q} > {log:q} 2>&1"
 
 
 for _name in P.ablations:
@@ -53,14 +53,14 @@ rule significance:
         png="reports/ablations/{ablation}.png",
     params:
         dataset=lambda wc: P.ablations[wc.ablation].datasets[0],
-        question=lambda wc: f"--question {P.ablations[wc.ablation].question}" if P.ablations[wc.ablation].question
-        else "",
+        question=lambda wc: f"--question {shlex.quote(P.ablations[wc.ablation].question)}"
+        if P.ablations[wc.ablation].question else "",
         similarity=lambda wc: P.ablations[wc.ablation].similarity,
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "significance") or "(?!)",
     log:
         "logs/ablations/{ablation}.log",
     shell:
-        "{CLI} significance --dataset {params.dataset} {params.question} --split {input.split} "
-        "--model-dir {input.model} --similarity {params.similarity} --csv {output.csv} --figure {output.png} "
-        "> {log} 2>&1"
+        "{CLI} significance --dataset {params.dataset:q} {params.question} --split {input.split:q} "
+        "--model-dir {input.model:q} --similarity {params.similarity:q} --csv {output.csv:q} "
+        "--figure {output.png:q} > {log:q} 2>&1"

@@ -8,4 +8,4 @@ rule corpus:
     benchmark:
         f"logs/benchmarks/corpus-{P.corpus.name}.tsv"
     shell:
-        "{CLI} corpus --out {output} > {log} 2>&1"
+        "{CLI} corpus --out {output:q} > {log:q} 2>&1"

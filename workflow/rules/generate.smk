@@ -32,14 +32,10 @@ rule generate:
         trace=f"{RUN_DIR}/trace.jsonl",
         provenance=f"{RUN_DIR}/provenance.json",
     params:
-        settings=lambda wc: settings_key(
-            P.seed, P.model, P.generation.decoding, P.generation.max_new_tokens, P.generation.batch_size,
-            P.generation.answer_fallback_tokens,
-            P.method(wc.method), P.dataset(wc.dataset), P.retrieval if needs_retriever(wc.method) else None,
-        ),
+        settings=lambda wc: json.dumps(P.run_settings(wc.dataset, wc.method), sort_keys=True),
         launcher=launcher(),
-        model=lambda wc, input: f"--model-dir {input.model}" if "model" in input.keys() else "",
-        index=lambda wc, input: f"--index {input.index}" if "index" in input.keys() else "",
+        model=lambda wc, input: f"--model-dir {shlex.quote(input.model)}" if "model" in input.keys() else "",
+        index=lambda wc, input: f"--index {shlex.quote(input.index)}" if "index" in input.keys() else "",
         out_dir=RUN_DIR,
     threads: P.generation.threads * P.generation.processes
     resources:
@@ -49,5 +45,5 @@ rule generate:
     benchmark:
         "logs/benchmarks/generate-{dataset}-{method}.tsv"
     shell:
-        "{params.launcher} generate --dataset {wildcards.dataset} --method {wildcards.method} "
-        "--split {input.split} {params.model} {params.index} --out-dir {params.out_dir} > {log} 2>&1"
+        "{params.launcher} generate --dataset {wildcards.dataset:q} --method {wildcards.method:q} "
+        "--split {input.split:q} {params.model} {params.index} --out-dir {params.out_dir:q} > {log:q} 2>&1"

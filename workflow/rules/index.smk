@@ -9,7 +9,7 @@ rule index:
     benchmark:
         f"logs/benchmarks/index-{P.corpus.name}.tsv"
     shell:
-        "{CLI} index --collection {input} --out {output} --threads {threads} --log {log} >> {log} 2>&1"
+        "{CLI} index --collection {input:q} --out {output:q} --threads {threads:q} --log {log:q} >> {log:q} 2>&1"
 
 
 rule dense_index:
@@ -25,4 +25,4 @@ rule dense_index:
     benchmark:
         f"logs/benchmarks/dense-index-{P.corpus.name}.tsv"
     shell:
-        "{CLI} dense-index --collection {input} --out {output} --threads {threads} > {log} 2>&1"
+        "{CLI} dense-index --collection {input:q} --out {output:q} --threads {threads:q} > {log:q} 2>&1"

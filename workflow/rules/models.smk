@@ -8,4 +8,4 @@ rule model:
     benchmark:
         "logs/benchmarks/model.tsv"
     shell:
-        "{CLI} model --out {output} > {log} 2>&1"
+        "{CLI} model --out {output:q} > {log:q} 2>&1"

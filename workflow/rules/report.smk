@@ -12,7 +12,7 @@ rule report:
     log:
         "logs/report.log",
     shell:
-        "{CLI} report --scores {input} --table-md {output.table_md} --table-csv {output.table_csv} "
-        "--table-tex {output.table_tex} --figure {output.figure} --retrievals-md {output.retrievals_md} "
-        "--retrievals-csv {output.retrievals_csv} "
-        "--retrievals-figure {output.retrievals_figure} > {log} 2>&1"
+        "{CLI} report --scores {input:q} --table-md {output.table_md:q} --table-csv {output.table_csv:q} "
+        "--table-tex {output.table_tex:q} --figure {output.figure:q} --retrievals-md {output.retrievals_md:q} "
+        "--retrievals-csv {output.retrievals_csv:q} "
+        "--retrievals-figure {output.retrievals_figure:q} > {log:q} 2>&1"

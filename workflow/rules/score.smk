@@ -9,5 +9,5 @@ rule score:
     log:
         "logs/score/{dataset}/{method}.log",
     shell:
-        "{CLI} score --dataset {wildcards.dataset} --method {wildcards.method} --run-dir {params.run_dir} "
-        "--out {output} > {log} 2>&1"
+        "{CLI} score --dataset {wildcards.dataset:q} --method {wildcards.method:q} --run-dir {params.run_dir:q} "
+        "--out {output:q} > {log:q} 2>&1"

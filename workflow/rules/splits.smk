@@ -9,4 +9,4 @@ rule split:
     log:
         "logs/splits/{dataset}.log",
     shell:
-        "{CLI} split --dataset {wildcards.dataset} --out {output.split} > {log} 2>&1"
+        "{CLI} split --dataset {wildcards.dataset:q} --out {output.split:q} > {log:q} 2>&1"

@@ -10,6 +10,7 @@ import csv
 import gzip
 import json
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -36,12 +37,34 @@ class Passage:
 
 
 def iter_passages(path: str | Path, stats: dict | None = None) -> Iterator[Passage]:
+    """The passages of a DPR TSV (plain or gzipped). A damaged file (truncated or not gzip, not
+    UTF-8) is an `InputError` naming the file and the line, never a decoder's traceback."""
     path = require_file(path, "passages TSV")
+    where = {"line": 0}  # physical lines read whole so far
+    try:
+        yield from _read_passages(path, stats, where)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise InputError(f"{path}: not a readable gzip file: it breaks off after line {where['line']} "
+                         f"({exc})") from None
+
+
+def _decoded_lines(handle, path: Path, where: dict) -> Iterator[str]:
+    """Decoded line by line (not in blocks), so that a byte that is not UTF-8 is reported at its line."""
+    for raw in handle:
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: line {where['line'] + 1}: not UTF-8 text ({exc.reason})") from None
+        where["line"] += 1
+        yield line
+
+
+def _read_passages(path: Path, stats: dict | None, where: dict) -> Iterator[Passage]:
     csv.field_size_limit(sys.maxsize)
     empty = 0
     opener = gzip.open if path.suffix == ".gz" else open  # the DPR dump ships as psgs_w100.tsv.gz
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
+    with opener(path, "rb") as handle:
+        reader = csv.reader(_decoded_lines(handle, path, where), delimiter="\t")
         header = next(reader, None)
         if header != HEADER:
             raise InputError(f"{path}: line 1: expected the DPR header {'<tab>'.join(HEADER)}, got {header!r}")

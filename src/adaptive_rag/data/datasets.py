@@ -409,13 +409,18 @@ def load_strategyqa(path: str | Path) -> list[Example]:
 # --- Natural Questions (open) --------------------------------------------------------------------
 
 def load_nq(path: str | Path) -> list[Example]:
-    """NQ-open jsonl (`{question, answer: [...]}` per line). No id in the file: id = `nq-<0-based line>`.
+    """NQ-open jsonl (`{question, answer: [...]}` per line). No id in the file: id = `nq-<0-based line>`,
+    the official file's line positions, which other implementations' ids follow too.
 
-    Errors name the 1-based line. Blank lines are not records (they keep their place in the numbering).
+    Errors name the 1-based line. A blank line before the last record is an error: it would shift every
+    later id (trailing blank lines are harmless).
     """
     path = Path(path)
     examples = []
     for lineno, raw in _jsonl(path):
+        if lineno != len(examples) + 1:
+            raise InputError(f"{path}: line {len(examples) + 1}: blank line; NQ-open ids are line positions "
+                             "(nq-<line - 1>), so it would shift every later question's id: remove it")
         rec = _Record(path, lineno, raw, unit="line")
         answers = _unique(rec.strings("answer"))
         examples.append(Example(id=f"nq-{lineno - 1}", question=rec.text("question"), answers=answers,

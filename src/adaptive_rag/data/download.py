@@ -13,6 +13,9 @@ Why it works this way:
   symlinked, never copied, because these files can be 13 GB.
 - http.client returns a short body *silently* when a connection drops, so completeness is checked
   against Content-Length / Content-Range, never assumed from the end of the stream.
+- `file://` URLs go through the same code (a local mirror of the remote layout, a test's stand-in):
+  a missing or unreadable local file fails at once, since retrying cannot make it appear, and a
+  left-over `.part` is rewritten from zero, since a local file has no Range support to resume with.
 - A file with no pinned sha256 is hashed anyway and the digest logged and returned so that it can
   be pinned; it is reported as unverified, never as verified. With neither size nor sha256 pinned,
   any existing file (or mirror copy) of that name is accepted: there is nothing to check it against.
@@ -27,6 +30,7 @@ import os
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +136,10 @@ def _done(path: Path, remote: RemoteFile, digest: str | None) -> Fetched:
     return Fetched(path, digest, verified=False)
 
 
+def _is_local(url: str) -> bool:
+    return urllib.parse.urlsplit(url).scheme.lower() == "file"
+
+
 def _download(remote: RemoteFile, part: Path, retries: int, progress: bool) -> None:
     for attempt in range(retries + 1):
         try:
@@ -140,6 +148,12 @@ def _download(remote: RemoteFile, part: Path, retries: int, progress: bool) -> N
             if exc.code < 500:  # 404, 403...: asking again will not help
                 raise InputError(f"cannot download {remote.url}: HTTP {exc.code} {exc.reason}") from None
             error: Exception = exc
+        except urllib.error.URLError as exc:
+            if _is_local(remote.url):  # no such file, a directory, no permission: asking again will not help
+                reason = exc.reason
+                why = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
+                raise InputError(f"cannot download {remote.url}: {why}") from None
+            error = exc
         except (OSError, http.client.HTTPException, _Incomplete) as exc:
             error = exc
         if attempt < retries:
@@ -152,6 +166,10 @@ def _download(remote: RemoteFile, part: Path, retries: int, progress: bool) -> N
 
 def _transfer(remote: RemoteFile, part: Path, progress: bool) -> None:
     offset = part.stat().st_size if part.exists() else 0
+    if offset and _is_local(remote.url):
+        log.info("%s: a local file cannot be resumed; copying it again from byte 0", remote.url)
+        part.unlink()
+        offset = 0
     if remote.size is not None and offset >= remote.size:
         if offset == remote.size:
             return  # finished earlier but never renamed; verification decides

@@ -103,6 +103,15 @@ class Continuation:
     meta: dict = field(default_factory=dict)
 
 
+class GenerationStopped(Exception):
+    """A generation abandoned because the backend's `stop_requested` said so (the client went away);
+    `steps` is how many tokens each row of the interrupted batch had generated."""
+
+    def __init__(self, steps: int):
+        super().__init__(f"generation stopped after {steps} tokens")
+        self.steps = steps
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Seeded sampling: continuation j of a call uses seed + j, so a run repeats exactly."""

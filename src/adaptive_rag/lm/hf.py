@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..errors import InputError
 from .capabilities import DTYPES
-from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, Prompt, SamplingParams, cut_at_stop)
+from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, GenerationStopped, Prompt, SamplingParams,
+                   cut_at_stop)
 
 class HFModel:
     capabilities = WHITE_BOX
@@ -54,6 +55,9 @@ class HFModel:
         self._prefix_ids: tuple[int, ...] | None = None
         self._prefix_cache = None
         self.forward_tokens = 0  # tokens actually run through the model (reported by benchmarks)
+        # Asked before every decoding step; True abandons the call with `GenerationStopped`. `serve` points
+        # it at "has this request's client gone?" so a disconnected client does not keep the model busy.
+        self.stop_requested: Callable[[], bool] | None = None
 
     # ---- identity and prompts -------------------------------------------------------------------
 
@@ -70,6 +74,17 @@ class HFModel:
         # in a different batch shape, can differ in the last bits, so a shared cache must not mix them.
         return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,
                 "attention": "eager", "device": self.device.split(":")[0], "batch_size": self.batch_size}
+
+    @property
+    def context_length(self) -> int | None:
+        """The most tokens (prompt + generated) the model reads: the config's `max_position_embeddings`
+        (`n_positions` for GPT-2-style configs), or the tokenizer's `model_max_length` where smaller; None
+        when neither says (transformers writes a huge number for an unset `model_max_length`)."""
+        config = self.model.config
+        limits = [getattr(config, key, None) for key in ("max_position_embeddings", "n_positions")]
+        limits.append(getattr(self.tokenizer, "model_max_length", None))
+        limits = [n for n in limits if isinstance(n, int) and 0 < n < 10**9]
+        return min(limits) if limits else None
 
     @property
     def has_chat_template(self) -> bool:
@@ -170,6 +185,8 @@ class HFModel:
             self.forward_tokens += int(sum(len(s) for s in suffixes))
             step = 0
             while active:
+                if self.stop_requested is not None and self.stop_requested():
+                    raise GenerationStopped(step)
                 logits = out.logits[:, -1, :].float()
                 logprobs = torch.log_softmax(logits, dim=-1)
                 if generators is None:

@@ -33,6 +33,23 @@ on what else the server is doing. Bad requests get a 400 with an OpenAI error bo
 `{"error": {"message", "type", "param", "code"}}`; nothing raised in the server reaches the client
 as a traceback (an internal failure is a 500 marked `x-should-retry: false`, its traceback on stderr).
 Decoding defaults follow OpenAI: temperature 1; a sampling request without `seed` draws a random one.
+
+No single request can take the server down. What it may ask is checked before the model runs, each
+refusal naming the field and the limit: `max_tokens` at most `--max-tokens` (default 1024); prompt
+tokens + `max_tokens` at most the model's context length (`HFModel.context_length`; a prompt with more
+characters than context x the longest vocabulary entry is refused without being tokenised); no empty
+prompt; at most MAX_PROMPTS prompts, MAX_STOP stop strings, and as many messages as the context has
+tokens; roles system, user, assistant; numbers finite and in range (`json.loads` reads NaN and
+Infinity); a body over MAX_BODY is a 413. A client that hangs up abandons its request: the model asks
+before every decoding step whether the client's socket has reached end-of-file (`HFModel.stop_requested`),
+so the lock is free again one step later, and stderr says `client disconnected; generation stopped
+after N tokens (of at most M)`. With `--log-requests`, stderr also says when each generation starts.
+
+Why `http.server` rather than a framework (uvicorn/starlette are installed here, but as nobody's
+declared dependency): the work to bound is synchronous torch code under one lock, so an ASGI server's
+disconnect event would have to reach the decoding loop through the same per-step hook; polling the
+handler's own socket (`select`, then `recv(MSG_PEEK)` reading b"") does that without a new dependency
+or an event loop, and the body limit and validation are a few lines either way.
 """
 
 from __future__ import annotations
@@ -40,26 +57,35 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import secrets
+import select
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 from urllib.parse import unquote
 
 from ..errors import AdaptiveRagError
-from .base import Continuation, LanguageModel, Prompt, SamplingParams
+from .base import Continuation, GenerationStopped, LanguageModel, Prompt, SamplingParams
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_TOKENS = 256
+DEFAULT_MAX_TOKENS = 1024  # --max-tokens: the most tokens one request may ask for (the project asks <= 120)
 MAX_N = 128
+MAX_PROMPTS = 128  # prompts in one /v1/completions list (APIModel sends one)
+MAX_STOP = 16  # stop strings: each is looked for after every token
 MAX_BODY = 64 * 1024 * 1024
+INT64 = 2**63  # seeds are int64, as OpenAI's; seed + j (j < n) stays within what torch accepts
+ROLES = ("system", "user", "assistant")
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
 # Fields a request may carry only with their neutral value (anything else is refused, never ignored).
@@ -95,6 +121,10 @@ class RequestError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+class ClientGone(Exception):
+    """The client closed its connection while its request waited or generated: nobody to answer."""
+
+
 # ---- request parsing ----------------------------------------------------------------------------
 
 
@@ -106,6 +136,8 @@ def _number(body: dict, key: str, default, low: float | None = None, high: float
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
         raise RequestError(f"'{key}' must be {'an integer' if integer else 'a number'}; got {value!r}", param=key)
+    if not math.isfinite(value):  # json.loads reads NaN and Infinity; no comparison below catches NaN
+        raise RequestError(f"'{key}' must be a finite number; got {value!r}", param=key)
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"at least {low}" if high is None else f"between {low} and {high}"
         raise RequestError(f"'{key}' must be {bounds}; got {value!r}", param=key)
@@ -128,6 +160,8 @@ def _stop(body: dict) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,) if value else ()
     if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        if len(value) > MAX_STOP:
+            raise RequestError(f"'stop' has {len(value)} strings; at most {MAX_STOP} are allowed", param="stop")
         return tuple(s for s in value if s)
     raise RequestError(f"'stop' must be a string or a list of strings; got {value!r}", param="stop")
 
@@ -164,7 +198,7 @@ class Decoding:
             top_p=_number(body, "top_p", None, low=0, high=1),
             top_k=None if top_k in (None, -1, 0) else top_k,  # vLLM: -1 (and 0) switch top-k off
             n=_number(body, "n", 1, low=1, high=MAX_N, integer=True),
-            seed=_number(body, "seed", None, integer=True),
+            seed=_number(body, "seed", None, low=-INT64, high=INT64 - 1, integer=True),
             stop=_stop(body),
         )
 
@@ -173,10 +207,18 @@ class Decoding:
 
 
 class Service:
-    """Answers OpenAI-style request bodies with a `LanguageModel`; one model call at a time."""
+    """Answers OpenAI-style request bodies with a `LanguageModel`; one model call at a time.
 
-    def __init__(self, model: LanguageModel, name: str):
-        self.model, self.name = model, name
+    `max_tokens` caps what one request may ask to generate; `context` (the model's `context_length`,
+    when it has one) caps prompt + generation. Both are checked before the model runs, so no request
+    can hold the lock for longer than one bounded generation.
+    """
+
+    def __init__(self, model: LanguageModel, name: str, max_tokens: int = DEFAULT_MAX_TOKENS):
+        self.model, self.name, self.max_tokens = model, name, max_tokens
+        self.context: int | None = getattr(model, "context_length", None)
+        self.token_chars = _longest_token(model)
+        self.log: Callable[[str], None] | None = None  # with --log-requests: when each generation starts
         self.lock = threading.Lock()
         self.created = int(time.time())
         self.identity = model.identity()
@@ -200,18 +242,67 @@ class Service:
             raise RequestError(f"The model `{model}` does not exist (this server serves `{self.name}`)",
                                status=404, param="model", code="model_not_found")
 
+    # -- limits (checked before the model runs)
+
+    def _max_tokens(self, body: dict, key: str, default: int) -> int:
+        value = _number(body, key, min(default, self.max_tokens), low=0, integer=True)
+        if value > self.max_tokens:
+            raise RequestError(f"'{key}' must be at most {self.max_tokens} (this server's --max-tokens); "
+                               f"got {value}", param=key)
+        return value
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        """Refuse, without tokenising it, a prompt too long to fit whatever its tokens: every token is at
+        most `token_chars` characters, so more than context x token_chars characters cannot fit. (Tokenising
+        megabytes takes seconds and gigabytes, under the lock.)"""
+        if self.context is None or self.token_chars is None:
+            return
+        limit = self.context * self.token_chars
+        if chars > limit:
+            raise RequestError(f"'{param}' is too long: {chars} characters cannot fit in the model's context "
+                               f"length of {self.context} tokens (at most {limit} characters: no token of this "
+                               f"tokenizer is longer than {self.token_chars})", param=param,
+                               code="context_length_exceeded")
+
+    def _check_tokens(self, prompt: Prompt, max_tokens: int, param: str) -> None:
+        """Tokenise the prompt (the caller holds the lock: the tokenizer is not thread-safe) and refuse it
+        when it has no tokens or it and `max_tokens` overflow the context - before any forward pass, which
+        on a prompt past the context would allocate gigabytes for nothing."""
+        encode = getattr(self.model, "encode", None)
+        if encode is None:
+            return
+        n = len(encode(prompt)[0])
+        if n == 0:
+            raise RequestError(f"'{param}' gives no tokens: the model needs at least one to continue from",
+                               param=param)
+        if self.context is not None and n + max_tokens > self.context:
+            raise RequestError(f"'{param}' is too long: {n} prompt tokens + {max_tokens} max_tokens = "
+                               f"{n + max_tokens}, more than the model's context length of {self.context} tokens",
+                               param=param, code="context_length_exceeded")
+
+    @contextmanager
+    def _turn(self, disconnected: Callable[[], bool] | None):
+        """The model for one request: the lock held, and a stoppable model's `stop_requested` asking whether
+        this request's client is gone, so an abandoned request gives the lock back within one decoding step."""
+        with self.lock:
+            if disconnected is not None and disconnected():
+                raise ClientGone("client disconnected while its request waited; dropped before generation")
+            stoppable = hasattr(self.model, "stop_requested")
+            if stoppable:
+                self.model.stop_requested = disconnected
+            try:
+                yield
+            finally:
+                if stoppable:
+                    self.model.stop_requested = None
+
     # -- /v1/completions
 
-    def completions(self, body: dict) -> dict:
+    def completions(self, body: dict, disconnected: Callable[[], bool] | None = None) -> dict:
         _check_fields(body, COMPLETION_FIELDS)
         self._check_model(body)
-        prompts = body.get("prompt")
-        if isinstance(prompts, str):
-            prompts = [prompts]
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise RequestError("'prompt' is required: a string or a non-empty list of strings "
-                               "(token-id prompts are not supported)", param="prompt")
-        max_tokens = _number(body, "max_tokens", DEFAULT_COMPLETION_TOKENS, low=0, integer=True)
+        prompts = _prompts(body.get("prompt"))
+        max_tokens = self._max_tokens(body, "max_tokens", DEFAULT_COMPLETION_TOKENS)
         decoding = Decoding.parse(body, max_tokens)
         logprobs = _number(body, "logprobs", None, low=0, high=20, integer=True)
         echo = _flag(body, "echo")
@@ -220,8 +311,14 @@ class Service:
             raise RequestError("'best_of' other than n is not supported", param="best_of",
                                code="unsupported_parameter")
 
+        for p in prompts:
+            self._check_chars(len(p), "prompt")
         requests = [Prompt(text=p) for p in prompts]
-        with self.lock:
+        with self._turn(disconnected):
+            for request in requests:  # up to MAX_PROMPTS x ~1 s of tokenising at the character bound
+                if disconnected is not None and disconnected():
+                    raise ClientGone("client disconnected; dropped while its prompts were counted")
+                self._check_tokens(request, max_tokens, "prompt")
             echoes = [self._echo(Prompt(text=""), p) for p in prompts] if echo else None
             results = self._decode(requests, decoding)
         choices, prompt_tokens, completion_tokens = [], 0, 0
@@ -254,13 +351,12 @@ class Service:
 
     # -- /v1/chat/completions
 
-    def chat(self, body: dict) -> dict:
+    def chat(self, body: dict, disconnected: Callable[[], bool] | None = None) -> dict:
         _check_fields(body, CHAT_FIELDS)
         self._check_model(body)
-        messages = _messages(body.get("messages"))
-        max_tokens = _number(body, "max_completion_tokens", None, low=0, integer=True)
-        if max_tokens is None:
-            max_tokens = _number(body, "max_tokens", DEFAULT_CHAT_TOKENS, low=0, integer=True)
+        messages = _messages(body.get("messages"), self.context)
+        key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = self._max_tokens(body, key, DEFAULT_CHAT_TOKENS)
         decoding = Decoding.parse(body, max_tokens)
         logprobs = _flag(body, "logprobs")
         top = _number(body, "top_logprobs", 0, low=0, high=20, integer=True)
@@ -290,7 +386,9 @@ class Service:
                                    code="unsupported_parameter")
             prompt = Prompt(messages=tuple(messages))
 
-        with self.lock:
+        self._check_chars(sum(len(c) for _, c in messages), "messages")
+        with self._turn(disconnected):
+            self._check_tokens(prompt, max_tokens, "messages")
             echoed = self._echo(Prompt(messages=prompt.messages), prompt.prefix, scored_only=True) if echo else None
             (continuations,) = self._decode([prompt], decoding)
         choices, completion_tokens = [], 0
@@ -316,7 +414,16 @@ class Service:
     # -- model calls (the caller holds the lock)
 
     def _decode(self, prompts: list[Prompt], decoding: Decoding) -> list[list[Continuation]]:
-        """`decoding.n` continuations of every prompt."""
+        """`decoding.n` continuations of every prompt (`ClientGone` when the model was told to stop)."""
+        if self.log is not None:
+            self.log(f"generating: {len(prompts)} prompt(s), n={decoding.n}, max_tokens={decoding.max_tokens}")
+        try:
+            return self._generate(prompts, decoding)
+        except GenerationStopped as e:
+            raise ClientGone(f"client disconnected; generation stopped after {e.steps} tokens "
+                             f"(of at most {decoding.max_tokens})") from None
+
+    def _generate(self, prompts: list[Prompt], decoding: Decoding) -> list[list[Continuation]]:
         d = decoding
         if d.max_tokens == 0:
             return [[Continuation("", [], [], "length", prompt_tokens=self._count(p)) for _ in range(d.n)]
@@ -383,13 +490,49 @@ def _offsets(model, prompt: Prompt, text: str, ids: list[int], texts: list[str])
     return offsets[::-1]
 
 
-def _messages(value) -> list[tuple[str, str]]:
+def _longest_token(model) -> int | None:
+    """Characters in the model's longest vocabulary entry: an upper bound on the characters one token
+    stands for (byte-level entries have one character per byte, SentencePiece ones one per character)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    try:
+        return max(len(token) for token in tokenizer.get_vocab()) or None
+    except Exception:  # noqa: BLE001 - no tokenizer, or one without a vocabulary: no character bound
+        return None
+
+
+def _prompts(value) -> list[str]:
+    """The `prompt` field as a list: non-empty strings (an empty one has nothing to continue), at most
+    MAX_PROMPTS of them."""
+    prompts = [value] if isinstance(value, str) else value
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+        raise RequestError("'prompt' is required: a string or a non-empty list of strings "
+                           "(token-id prompts are not supported)", param="prompt")
+    if len(prompts) > MAX_PROMPTS:
+        raise RequestError(f"'prompt' has {len(prompts)} prompts; at most {MAX_PROMPTS} per request",
+                           param="prompt")
+    for i, p in enumerate(prompts):
+        if not p:
+            where = "" if isinstance(value, str) else f" (prompt[{i}])"
+            raise RequestError(f"'prompt' must not be empty{where}: the model needs text to continue from",
+                               param="prompt")
+    return prompts
+
+
+def _messages(value, limit: int | None = None) -> list[tuple[str, str]]:
+    """(role, content) pairs; at most `limit` (the context length: every message takes at least one token
+    in any chat template, and rendering a million empty ones would take seconds under the lock)."""
     if not isinstance(value, list) or not value:
         raise RequestError("'messages' is required: a non-empty list of {role, content}", param="messages")
+    if limit is not None and len(value) > limit:
+        raise RequestError(f"'messages' has {len(value)} messages; at most {limit} fit in the model's context "
+                           f"length of {limit} tokens", param="messages", code="context_length_exceeded")
     out = []
     for i, m in enumerate(value):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise RequestError(f"messages[{i}] must be an object with a string 'role'", param="messages")
+        if m["role"] not in ROLES:
+            raise RequestError(f"messages[{i}].role {m['role']!r} is not supported; the roles are "
+                               f"{', '.join(ROLES)}", param="messages")
         extra = set(m) - {"role", "content", "name"}
         if extra:
             raise RequestError(f"messages[{i}]: unsupported field(s) {', '.join(sorted(extra))}", param="messages",
@@ -461,7 +604,17 @@ class Handler(BaseHTTPRequestHandler):
         if path not in routes:
             self._read_body()  # keep the connection usable
             raise RequestError(f"no route POST {path}", status=404, code="not_found")
-        return routes[path](self._read_body())
+        return routes[path](self._read_body(), self._client_gone)
+
+    def _client_gone(self) -> bool:
+        """Whether the client has closed its connection: the socket reads as end-of-file (or fails).
+        Pipelined bytes of a next request read as data, so they do not count as gone; a client that
+        half-closes its side after sending (rare; `nc -N`) does."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # reset, or already closed
+            return True
 
     def _read_body(self) -> dict:
         length = self.headers.get("Content-Length")
@@ -470,12 +623,14 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError("a JSON body with a Content-Length header is required")
         if int(length) > MAX_BODY:
             self.close_connection = True
-            raise RequestError("request body too large", status=413)
+            raise RequestError(f"request body too large: {int(length)} bytes; at most {MAX_BODY}", status=413)
         raw = self.rfile.read(int(length))
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise RequestError(f"the body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise RequestError("the body is not valid JSON: nested too deeply") from None
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
         return body
@@ -483,6 +638,10 @@ class Handler(BaseHTTPRequestHandler):
     def _answer(self, route) -> None:
         try:
             status, body = 200, route()
+        except ClientGone as e:  # nobody to answer; say so on stderr, where operators look
+            print(f"{e} ({self.command} {self.path})", file=sys.stderr, flush=True)
+            self.close_connection = True
+            return
         except RequestError as e:
             status, body = e.status, e.body()
         except AdaptiveRagError as e:  # the model refused this input (no chat template, empty text, ...)
@@ -510,9 +669,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: int = 0,
-                log_requests: bool = False) -> ThreadingHTTPServer:
-    """An HTTP server (bound, not yet serving) answering for `model` under `name`; `port=0` picks a free port."""
-    handler = type("BoundHandler", (Handler,), {"service": Service(model, name), "log_requests": log_requests})
+                log_requests: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS) -> ThreadingHTTPServer:
+    """An HTTP server (bound, not yet serving) answering for `model` under `name`; `port=0` picks a free port;
+    a request may ask for at most `max_tokens` generated tokens."""
+    service = Service(model, name, max_tokens)
+    if log_requests:
+        service.log = lambda message: print(message, file=sys.stderr, flush=True)
+    handler = type("BoundHandler", (Handler,), {"service": service, "log_requests": log_requests})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
@@ -532,7 +695,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--served-name", default=None, help="the model name clients ask for "
                                                             "(default: the model directory's name)")
     parser.add_argument("--log-requests", action="store_true", help="log every request to stderr")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help="the most tokens a request may ask to generate (max_tokens or max_completion_tokens; "
+                             "more is a 400 naming this limit); prompt + max_tokens must also fit the model's "
+                             "context length (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.max_tokens < 1:
+        parser.error(f"--max-tokens must be at least 1; got {args.max_tokens}")
 
     from .hf import HFModel
 
@@ -543,7 +712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     name = args.served_name or Path(args.model_dir).resolve().name
-    server = make_server(model, name, args.host, args.port, log_requests=args.log_requests)
+    server = make_server(model, name, args.host, args.port, log_requests=args.log_requests,
+                         max_tokens=args.max_tokens)
 
     def stop(signum, frame):
         raise KeyboardInterrupt

@@ -60,10 +60,17 @@ class BM25Retriever:
         if not (self.index_dir / "segments_1").exists() and not any(self.index_dir.glob("segments_*")):
             raise InputError(f"{self.index_dir}: not a Lucene index (run the index step first)")
         autoclass = start_jvm()
-        self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir))
+        try:
+            self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir))
+            self.num_docs = int(self._searcher.get_total_num_docs())
+        except Exception as exc:  # jnius.JavaException: Lucene found the files damaged or missing
+            if type(exc).__name__ != "JavaException":
+                raise
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{self.index_dir}: the Lucene index cannot be read ({reason}); delete the "
+                             "directory and rerun the index step") from None
         self.k1, self.b = k1, b
         self._searcher.set_bm25(float(k1), float(b))
-        self.num_docs = int(self._searcher.get_total_num_docs())
 
     def search(self, query: str, k: int) -> list[Hit]:
         hits = []

@@ -251,8 +251,13 @@ class DenseRetriever:
         # model would give meaningless scores, which the dimension check below only partly catches.
         self.encoder = encoder or self.record["encoder"]
         self.query_prefix = self.record.get("query_prefix", "") if query_prefix is None else query_prefix
-        self._index = faiss.read_index(str(self.index_dir / VECTORS))
-        self._offsets = np.load(self.index_dir / OFFSETS, mmap_mode="r")
+        try:
+            self._index = faiss.read_index(str(self.index_dir / VECTORS))
+            self._offsets = np.load(self.index_dir / OFFSETS, mmap_mode="r")
+        except (RuntimeError, ValueError, OSError) as exc:  # faiss and numpy on damaged files
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{self.index_dir}: the dense index cannot be read ({reason}); delete the "
+                             "directory and rerun the dense index step") from None
         self.num_docs = int(self._index.ntotal)
         if self.num_docs != self.record.get("documents") or len(self._offsets) != self.num_docs:
             raise InputError(f"{self.index_dir}: dense index is inconsistent ({self.num_docs} vectors, "
