@@ -28,6 +28,7 @@ from conftest import REPO
 NAME = "tiny-limits"
 CONTEXT = 2048  # the served model's context length (its config's max_position_embeddings)
 CAP = 1500  # the server's --max-tokens
+READ_TIMEOUT = 2  # the server's --read-timeout, in seconds
 BOOM = "<|boom|>"  # in the tokenizer, not in the embedding: a forward pass over it fails
 # Greedy continuations of the tiny model (seed 0): THAMES ends at end of sequence after 81 tokens, HAMLET
 # runs on to any max_tokens (which takes seconds at CAP).
@@ -123,7 +124,7 @@ class Served:
 def served(limited_model_dir):
     proc = subprocess.Popen(
         [sys.executable, "-m", "adaptive_rag.lm.serve", "--model-dir", str(limited_model_dir), "--port", "0",
-         "--served-name", NAME, "--max-tokens", str(CAP), "--log-requests"],
+         "--served-name", NAME, "--max-tokens", str(CAP), "--log-requests", "--read-timeout", str(READ_TIMEOUT)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     server = Served(proc)
     threading.Thread(target=server.read, args=(proc.stdout,), daemon=True).start()
@@ -295,3 +296,22 @@ def test_the_work_of_one_request_is_bounded(served):
     assert_400(served.complete(prompt=THAMES, max_tokens=1, stop=["@"] * 17), "stop", "17 strings", "at most 16")
     many = [{"role": "user", "content": ""}] * (CONTEXT + 1)
     assert_400(served.chat(many, max_tokens=1), "messages", f"{CONTEXT + 1} messages", f"at most {CONTEXT}")
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `served`)
+def test_a_client_that_never_finishes_its_request_is_disconnected(served):
+    """A stalled client (headers promise a body that never comes) holds its thread only until the read
+    timeout, and the server goes on answering others meanwhile."""
+    import socket
+
+    stalled = socket.create_connection((served.host, served.port))
+    try:
+        stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+        status, _, _ = served.complete(prompt=THAMES, max_tokens=2)
+        assert status == 200
+        stalled.settimeout(READ_TIMEOUT * 10)
+        assert stalled.recv(1024) == b""  # closed by the server, well before our own timeout
+        served.wait_for(r"client sent no complete body \(100 bytes promised\) within the read timeout of 2 s")
+    finally:
+        stalled.close()

@@ -80,6 +80,7 @@ from .base import Continuation, GenerationStopped, LanguageModel, Prompt, Sampli
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_TOKENS = 256
 DEFAULT_MAX_TOKENS = 1024  # --max-tokens: the most tokens one request may ask for (the project asks <= 120)
+DEFAULT_READ_TIMEOUT_S = 300.0  # a connection silent this long is closed (see make_server)
 MAX_N = 128
 MAX_PROMPTS = 128  # prompts in one /v1/completions list (APIModel sends one)
 MAX_STOP = 16  # stop strings: each is looked for after every token
@@ -122,7 +123,8 @@ class RequestError(Exception):
 
 
 class ClientGone(Exception):
-    """The client closed its connection while its request waited or generated: nobody to answer."""
+    """The client closed its connection while its request waited or generated, or stalled sending it:
+    nobody to answer."""
 
 
 # ---- request parsing ----------------------------------------------------------------------------
@@ -624,7 +626,11 @@ class Handler(BaseHTTPRequestHandler):
         if int(length) > MAX_BODY:
             self.close_connection = True
             raise RequestError(f"request body too large: {int(length)} bytes; at most {MAX_BODY}", status=413)
-        raw = self.rfile.read(int(length))
+        try:
+            raw = self.rfile.read(int(length))
+        except TimeoutError:
+            raise ClientGone(f"client sent no complete body ({length} bytes promised) within the read timeout "
+                             f"of {self.timeout:g} s; connection closed") from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -669,13 +675,17 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: int = 0,
-                log_requests: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS) -> ThreadingHTTPServer:
+                log_requests: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
+                read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> ThreadingHTTPServer:
     """An HTTP server (bound, not yet serving) answering for `model` under `name`; `port=0` picks a free port;
-    a request may ask for at most `max_tokens` generated tokens."""
+    a request may ask for at most `max_tokens` generated tokens. A connection that sends nothing for
+    `read_timeout_s` (a request never finished, or an idle keep-alive) is closed, so slow or stalled
+    clients cannot pile up threads; the wait for the model's lock and generation are not reads."""
     service = Service(model, name, max_tokens)
     if log_requests:
         service.log = lambda message: print(message, file=sys.stderr, flush=True)
-    handler = type("BoundHandler", (Handler,), {"service": service, "log_requests": log_requests})
+    handler = type("BoundHandler", (Handler,), {"service": service, "log_requests": log_requests,
+                                                "timeout": read_timeout_s})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     return server
@@ -699,9 +709,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the most tokens a request may ask to generate (max_tokens or max_completion_tokens; "
                              "more is a 400 naming this limit); prompt + max_tokens must also fit the model's "
                              "context length (default: %(default)s)")
+    parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S,
+                        help="seconds a connection may send nothing (an unfinished request, an idle keep-alive) "
+                             "before it is closed (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.max_tokens < 1:
         parser.error(f"--max-tokens must be at least 1; got {args.max_tokens}")
+    if not args.read_timeout > 0:
+        parser.error(f"--read-timeout must be a positive number of seconds; got {args.read_timeout}")
 
     from .hf import HFModel
 
@@ -713,7 +728,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     name = args.served_name or Path(args.model_dir).resolve().name
     server = make_server(model, name, args.host, args.port, log_requests=args.log_requests,
-                         max_tokens=args.max_tokens)
+                         max_tokens=args.max_tokens, read_timeout_s=args.read_timeout)
 
     def stop(signum, frame):
         raise KeyboardInterrupt
