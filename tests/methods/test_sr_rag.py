@@ -56,3 +56,15 @@ def test_sr_rag_answer_fallback_neither_searches_nor_counts_a_retrieval():
     assert [(c["passages"], c["prefix"]) for c in lm.calls] == [(True, ""), (False, BORN + " So the answer is")]
     assert answer.output == "Inchcombe was born in Paris. So the answer is Paris."
     assert (answer.retrievals, answer.llm_calls, answer.generated_tokens) == (1, 2, 8)
+
+
+def test_sr_rag_query_obeys_retrieval_query_max_words():
+    """`retrieval.query_max_words` caps every method's queries, the question of SR-RAG included."""
+    from adaptive_rag.data.datasets import Example
+    from conftest import RecordingRetriever, ScriptedLM, method_with
+
+    lm, retriever = ScriptedLM({(True, ""): ANSWER}), RecordingRetriever()
+    method = method_with(SingleRoundRetrieval, {"top_k": 2}, lm, retriever)
+    method.ctx.query_max_words = 2
+    method.answer_batch([Example("q1", "Where was Inchcombe born?", ["Paris"], "span")])
+    assert retriever.queries == [("Inchcombe born?", 2)]

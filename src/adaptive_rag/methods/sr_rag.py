@@ -20,7 +20,7 @@ class SingleRoundRetrieval(Method):
 
     def answer_batch(self, examples) -> list[Answer]:
         start = time.perf_counter()
-        hits = [self.ctx.retriever.search(e.question, self.settings["top_k"]) for e in examples]
+        hits = [self.search(e.question, self.settings["top_k"]) for e in examples]
         retrieval_share = (time.perf_counter() - start) / max(1, len(examples))
         answers = self.generate_answers([e.question for e in examples], hits, retrievals=1)
         for answer in answers:
