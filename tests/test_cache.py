@@ -87,7 +87,7 @@ class FakeModel:
         self.generated.append(list(prompts))
         return [self.continuation(p.key(), max_new_tokens) for p in prompts]
 
-    def sample(self, prompt, params, max_new_tokens, stop=()):
+    def sample(self, prompt, params, max_new_tokens, stop=(), extras=None):
         return [self.continuation(prompt.key() + str(params.seed + j), max_new_tokens) for j in range(params.n)]
 
     def score(self, prompt, continuation):

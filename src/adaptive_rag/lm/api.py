@@ -11,7 +11,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
-from .base import (BLACK_BOX, NO_EXTRAS, Continuation, Extras, Prompt, SamplingParams, require)
+from .base import (BLACK_BOX, NO_EXTRAS, Continuation, Extras, Prompt, SampleSet, SamplingParams, require,
+                   to_sample_set)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -84,12 +85,18 @@ class APIModel:
         return self._map(lambda p: self._call(p, max_new_tokens, stop, {"temperature": 0.0})[0], list(prompts))
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
-               stop: Sequence[str] = ()) -> list[Continuation]:
+               stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        require(self.capabilities, extras.needs(), "sample", "api")
         decoding = {"temperature": params.temperature, "n": params.n, "seed": params.seed}
         if params.top_p is not None:
             decoding["top_p"] = params.top_p
         extra = {"top_k": params.top_k} if params.top_k is not None else {}
         return self._call(prompt, max_new_tokens, [s for s in stop if s], decoding, extra)
+
+    def sample_batch(self, prompts: Sequence[Prompt], params: SamplingParams, max_new_tokens: int,
+                     stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[SampleSet]:
+        require(self.capabilities, extras.needs(), "sample_batch", "api")
+        return self._map(lambda p: to_sample_set(self.sample(p, params, max_new_tokens, stop)), list(prompts))
 
     def score(self, prompt: Prompt, continuation: str) -> list[float]:
         """Log-probabilities of the continuation's tokens: the whole text is echoed with `max_tokens: 0`,

@@ -9,6 +9,7 @@ an API model) fails before any generation.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
@@ -16,7 +17,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .capabilities import (ATTENTIONS, BLACK_BOX, ENTROPY, HIDDEN_STATES, LOGPROBS,  # noqa: F401
+from .capabilities import (ATTENTIONS, BLACK_BOX, ENTROPY, HIDDEN_STATES, LOGITS, LOGPROBS,  # noqa: F401
                            SAMPLING, SCORING, WHITE_BOX, missing)
 
 
@@ -60,11 +61,25 @@ class Prompt:
 
 @dataclass(frozen=True)
 class Extras:
-    """White-box outputs a greedy call may ask for (all off by default: they cost memory)."""
+    """White-box outputs a call may ask for (all off by default: they cost memory)."""
 
     entropy: bool = False  # entropy of each next-token distribution (DRAGIN's H_i)
     attention_layer: int | None = None  # this layer's head-averaged attention rows of generated tokens (-1: last)
-    hidden_layer: int | None = None  # this layer's hidden state at each generated position (SeaKR: L/2)
+    hidden_layer: int | None = None  # this layer's hidden state at each generated position
+    # SeaKR's internal state: at these 1-based layers, the state at the position where the finished
+    # continuation's last token is replaced by EOS (an EOS the model emitted itself is fed as it is).
+    final_layers: tuple[int, ...] = ()
+    final_source: str = "mlp"  # mlp: the layer's MLP output before the residual add (reference code) | residual
+    logsumexp: bool = False  # logsumexp of the raw logits at each generated token (the Energy score)
+
+    def __post_init__(self):
+        if self.final_source not in FINAL_SOURCES:
+            raise ValueError(f"final_source must be one of {', '.join(FINAL_SOURCES)}; got {self.final_source!r}")
+        if self.final_layers and (self.attention_layer is not None or self.hidden_layer is not None):
+            # The final feed replaces the last token by EOS, so per-token rows would describe EOS, not the token.
+            raise ValueError("final_layers cannot be combined with per-token attention or hidden states")
+        if any(not isinstance(layer, int) or layer < 1 for layer in self.final_layers):
+            raise ValueError(f"final_layers are 1-based layer numbers; got {self.final_layers!r}")
 
     def needs(self) -> set[str]:
         needs = set()
@@ -72,11 +87,24 @@ class Extras:
             needs.add(ENTROPY)
         if self.attention_layer is not None:
             needs.add(ATTENTIONS)
-        if self.hidden_layer is not None:
+        if self.hidden_layer is not None or self.final_layers:
             needs.add(HIDDEN_STATES)
+        if self.logsumexp:
+            needs.add(LOGITS)
         return needs
 
+    def key(self) -> dict:
+        """What the call cache keys on. Fields added after cache rows were first written enter the key
+        only when set, so adding one does not turn every stored call into a miss."""
+        fields = dataclasses.asdict(self)
+        for name, default in _LATER_FIELDS.items():
+            if fields[name] == default:
+                del fields[name]
+        return fields
 
+
+FINAL_SOURCES = ("mlp", "residual")
+_LATER_FIELDS = {"final_layers": (), "final_source": "mlp", "logsumexp": False}
 NO_EXTRAS = Extras()
 
 
@@ -101,6 +129,50 @@ class Continuation:
     attentions: list[np.ndarray] | None = None
     hidden: np.ndarray | None = None  # [generated tokens, hidden size]
     meta: dict = field(default_factory=dict)
+    final_hidden: np.ndarray | None = None  # [len(Extras.final_layers), hidden size]: the state at the final EOS
+    logsumexp: list[float] | None = None  # logsumexp of the raw logits at each generated token
+
+
+@dataclass
+class SampleSet:
+    """The k sampled continuations of one prompt, with the centred Gram matrix of their final states
+    per requested layer (`grams[str(layer)]`, k x k, float64) instead of the states themselves.
+
+    The Gram is all SeaKR's EigenScore reads, and it is exact for any subset of the samples (a
+    principal sub-matrix: dropped empties, a k-prefix) and any alpha; it is k*k numbers where the
+    states are k*d, which keeps the call cache small (d is 4,096 for Llama-2-7B).
+    """
+
+    samples: list[Continuation]
+    grams: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def gram(states: np.ndarray) -> np.ndarray:
+    """Feature-centred Gram matrix Σ = Z J_d Zᵀ of k sample states Z [k, d], in float64.
+
+    Why: EigenScore only ever needs Σ, never the states, and Σ is k×k (20×20) where the states are k×d
+    (20×4096), so Σ is what gets cached. Because J_d centres each ROW over its own d features
+    (Σ_ij = (z_i − mean z_i)·(z_j − mean z_j)), no statistic is shared across samples: the Gram of any
+    subset of samples is exactly the principal sub-matrix of the full Gram, so dropping empty samples or
+    taking a k-prefix later needs no states. It is computed in float64 from (usually float32) states
+    because the log-det of Σ + αI with α = 1e-3 is sensitive to rounding in the near-null directions;
+    the reference code's float32 `torch.logdet` is what we deliberately do not copy.
+    """
+    z = np.asarray(states, dtype=np.float64)
+    if z.ndim != 2:
+        raise ValueError(f"gram: states must be a [k, d] array, got shape {z.shape}")
+    centred = z - z.mean(axis=1, keepdims=True) if z.shape[1] else z
+    sigma = centred @ centred.T
+    return (sigma + sigma.T) / 2  # exactly symmetric, whatever the BLAS did
+
+
+def to_sample_set(samples: list[Continuation], layers: Sequence[int] = ()) -> SampleSet:
+    """Fold the samples' final states into one Gram per layer and drop the states."""
+    grams = {}
+    for index, layer in enumerate(layers):
+        states = [c.final_hidden[index] for c in samples]
+        grams[str(layer)] = gram(np.stack(states)) if states else np.zeros((0, 0))
+    return SampleSet([dataclasses.replace(c, final_hidden=None) for c in samples], grams)
 
 
 class GenerationStopped(Exception):
@@ -134,8 +206,13 @@ class LanguageModel(Protocol):
         """Greedy continuation of every prompt (batched where the backend can)."""
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
-               stop: Sequence[str] = ()) -> list[Continuation]:
+               stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
         """`params.n` sampled continuations with their sequence log-likelihoods."""
+
+    def sample_batch(self, prompts: Sequence[Prompt], params: SamplingParams, max_new_tokens: int,
+                     stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[SampleSet]:
+        """`params.n` samples of every prompt (seeds seed + j each, whatever the batch), with the
+        Gram matrices of `extras.final_layers` in place of the final states."""
 
     def score(self, prompt: Prompt, continuation: str) -> list[float]:
         """Log-probabilities of the tokens of a forced continuation."""

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .base import NO_EXTRAS, Continuation, Extras, LanguageModel, Prompt, SamplingParams
+from .base import NO_EXTRAS, Continuation, Extras, LanguageModel, Prompt, SampleSet, SamplingParams
 
 try:  # POSIX only; elsewhere concurrent first opens simply are not serialised
     import fcntl
@@ -44,7 +44,7 @@ log = logging.getLogger("adaptive_rag.lm")
 SCHEMA_VERSION = "1"  # bump when the row layout or the value encoding changes: old files are moved aside
 KEY_VERSION = 1  # bump when the key recipe changes: old rows simply stop matching
 BUSY_TIMEOUT_S = 60.0
-OPERATIONS = ("generate", "sample", "score")
+OPERATIONS = ("generate", "sample", "sample_set", "score")
 _COLUMNS = ["key", "op", "value", "arrays", "checksum", "created"]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -81,7 +81,10 @@ def _canonical(obj: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Dataclass parameters as dicts, so adding a field to Extras or SamplingParams changes keys."""
+    """Dataclass parameters as dicts, so adding a field to SamplingParams changes keys (Extras says
+    itself which of its fields enter a key)."""
+    if isinstance(value, Extras):
+        return value.key()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value
@@ -108,9 +111,10 @@ def call_key(identity: dict, op: str, prompt: Prompt, **params: Any) -> str:
 
 # JSON has no arrays, numpy scalars, tuples or dataclasses: each travels as a one-key dict with a tag;
 # an ordinary one-key dict whose key happens to be a tag is escaped with _T_DICT.
-_T_ARRAY, _T_SCALAR, _T_TUPLE, _T_DICT, _T_CONT = (
-    "__ndarray__", "__npscalar__", "__tuple__", "__dict__", "__continuation__")
-_TAGS = {_T_ARRAY, _T_SCALAR, _T_TUPLE, _T_DICT, _T_CONT}
+_T_ARRAY, _T_SCALAR, _T_TUPLE, _T_DICT = "__ndarray__", "__npscalar__", "__tuple__", "__dict__"
+_RECORDS = {"__continuation__": Continuation, "__sampleset__": SampleSet}  # dataclasses stored field by field
+_RECORD_TAGS = {cls: tag for tag, cls in _RECORDS.items()}
+_TAGS = {_T_ARRAY, _T_SCALAR, _T_TUPLE, _T_DICT, *_RECORDS}
 
 
 def _encode(obj: Any, arrays: list[np.ndarray]) -> Any:
@@ -126,8 +130,9 @@ def _encode(obj: Any, arrays: list[np.ndarray]) -> Any:
             raise _Unencodable("object arrays cannot be stored exactly")
         arrays.append(obj)
         return {_T_ARRAY: len(arrays) - 1}
-    if isinstance(obj, Continuation):
-        return {_T_CONT: {f.name: _encode(getattr(obj, f.name), arrays) for f in dataclasses.fields(obj)}}
+    if type(obj) in _RECORD_TAGS:
+        return {_RECORD_TAGS[type(obj)]: {f.name: _encode(getattr(obj, f.name), arrays)
+                                          for f in dataclasses.fields(obj)}}
     if isinstance(obj, list):
         return [_encode(item, arrays) for item in obj]
     if isinstance(obj, tuple):
@@ -155,8 +160,8 @@ def _decode(obj: Any, arrays: list[np.ndarray]) -> Any:
             return tuple(_decode(item, arrays) for item in body)
         if tag == _T_DICT:
             return {k: _decode(v, arrays) for k, v in body.items()}
-        if tag == _T_CONT:
-            return Continuation(**{k: _decode(v, arrays) for k, v in body.items()})
+        if tag in _RECORDS:
+            return _RECORDS[tag](**{k: _decode(v, arrays) for k, v in body.items()})
     return {k: _decode(v, arrays) for k, v in obj.items()}
 
 
@@ -514,36 +519,48 @@ class CachedModel:
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
-        """Look every prompt up; send only the misses, once each and in order, in one batched call."""
-        prompts = list(prompts)
         keys = [call_key(self._identity, "generate", p, max_new_tokens=max_new_tokens, stop=list(stop),
                          extras=extras) for p in prompts]
-        found = self.cache.get_many("generate", keys, accept=lambda r: isinstance(r, Continuation))
+        return self._batched("generate", list(prompts), keys, Continuation,
+                             lambda todo: self.model.generate(todo, max_new_tokens, stop, extras))
+
+    def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
+               stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        key = call_key(self._identity, "sample", prompt, params=params, max_new_tokens=max_new_tokens,
+                       stop=list(stop), **({"extras": extras} if extras != NO_EXTRAS else {}))
+        cached = self.cache.get("sample", key, accept=_is_continuation_list)
+        if cached is not None:
+            return cached
+        result = self.model.sample(prompt, params, max_new_tokens, stop, extras)
+        self.cache.put("sample", key, result)
+        return result
+
+    def sample_batch(self, prompts: Sequence[Prompt], params: SamplingParams, max_new_tokens: int,
+                     stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[SampleSet]:
+        """One key per prompt: a prompt's sample set does not depend on the others it was asked with."""
+        keys = [call_key(self._identity, "sample_set", p, params=params, max_new_tokens=max_new_tokens,
+                         stop=list(stop), extras=extras) for p in prompts]
+        return self._batched("sample_set", list(prompts), keys, SampleSet,
+                             lambda todo: self.model.sample_batch(todo, params, max_new_tokens, stop, extras))
+
+    def _batched(self, op: str, prompts: list[Prompt], keys: list[str], kind: type,
+                 compute: Callable[[list[Prompt]], list]) -> list:
+        """Look every prompt up; send only the misses, once each and in order, in one batched call."""
+        found = self.cache.get_many(op, keys, accept=lambda r: isinstance(r, kind))
         missing = {key: prompt for key, prompt in zip(keys, prompts) if key not in found}
         if missing:
-            results = self.model.generate(list(missing.values()), max_new_tokens, stop, extras)
+            results = compute(list(missing.values()))
             if len(results) != len(missing):
-                raise RuntimeError(f"{type(self.model).__name__}.generate returned {len(results)} continuations "
-                                   f"for {len(missing)} prompts")
+                raise RuntimeError(f"{type(self.model).__name__} answered {len(results)} of {len(missing)} "
+                                   f"{op} prompts")
             fresh = dict(zip(missing, results))
-            self.cache.put_many("generate", fresh.items())
+            self.cache.put_many(op, fresh.items())
             found.update(fresh)
         out, used = [], set()
         for key in keys:  # a prompt repeated in one batch must not hand out one shared object twice
             out.append(copy.deepcopy(found[key]) if key in used else found[key])
             used.add(key)
         return out
-
-    def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
-               stop: Sequence[str] = ()) -> list[Continuation]:
-        key = call_key(self._identity, "sample", prompt, params=params, max_new_tokens=max_new_tokens,
-                       stop=list(stop))
-        cached = self.cache.get("sample", key, accept=_is_continuation_list)
-        if cached is not None:
-            return cached
-        result = self.model.sample(prompt, params, max_new_tokens, stop)
-        self.cache.put("sample", key, result)
-        return result
 
     def score(self, prompt: Prompt, continuation: str) -> list[float]:
         key = call_key(self._identity, "score", prompt, continuation=continuation)

@@ -12,10 +12,17 @@ Why it is built this way:
   keeps the numbers of a method that asks for attentions equal to those of one that does not.
 - Per-token extras are collected only on decode steps (one query row each); the prefill would need
   a full [layers x heads x n x n] tensor that nobody uses.
+- Sampling runs a prompt's n continuations as n rows of one batch (continuation j seeded seed + j),
+  after one prefill of the prompt whose KV cache every row then shares: the prompt is read once, not n
+  times, and a prompt's samples never depend on which other prompts were asked with it.
+- SeaKR's final state: when a row finishes, its last token is replaced by EOS (an EOS the model chose
+  is fed as it is) and fed once more; a forward hook on the layer's MLP (or the residual stream) gives
+  the state at that position, as the reference vLLM fork computes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,8 +31,8 @@ import numpy as np
 
 from ..errors import InputError
 from .capabilities import DTYPES
-from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, GenerationStopped, Prompt, SamplingParams,
-                   cut_at_stop)
+from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, GenerationStopped, Prompt, SampleSet,
+                   SamplingParams, cut_at_stop, to_sample_set)
 
 class HFModel:
     capabilities = WHITE_BOX
@@ -130,13 +137,15 @@ class HFModel:
         return out
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
-               stop: Sequence[str] = ()) -> list[Continuation]:
-        encoded = self.encode(prompt)
-        out: list[Continuation] = []
-        for start in range(0, params.n, self.batch_size):
-            rows = list(range(start, min(params.n, start + self.batch_size)))
-            out.extend(self._run([encoded] * len(rows), max_new_tokens, stop, NO_EXTRAS, (params, rows)))
-        return out
+               stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        """All n continuations in one batch of n rows (memory grows with n, not with `batch_size`)."""
+        return self._run([self.encode(prompt)] * params.n, max_new_tokens, stop, extras,
+                         (params, list(range(params.n))))
+
+    def sample_batch(self, prompts: Sequence[Prompt], params: SamplingParams, max_new_tokens: int,
+                     stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[SampleSet]:
+        return [to_sample_set(self.sample(p, params, max_new_tokens, stop, extras), extras.final_layers)
+                for p in prompts]
 
     def _shared_cache(self, prefix: tuple[int, ...]):
         """KV cache of the shared prefix, computed once per distinct prefix (the last one is kept)."""
@@ -167,22 +176,32 @@ class HFModel:
             input_ids[row, width - len(suffix):] = torch.tensor(suffix)
             mask[row, shared + width - len(suffix):] = 1
             positions[row, width - len(suffix):] = torch.arange(shared, shared + len(suffix))
+        # Sample rows of one prompt are identical: prefill one and share its cache with the others.
+        replicas = batch if sampling is not None and all(e == encoded[0] for e in encoded) else 1
+        if replicas > 1:
+            input_ids, mask, positions = input_ids[:1], mask[:1], positions[:1]
         cache = None
         if shared:
             cache = copy.deepcopy(self._shared_cache(prefix))
-            cache.batch_repeat_interleave(batch)
+            cache.batch_repeat_interleave(batch // replicas)
         generators = None
         if sampling is not None:
             params, rows = sampling
             generators = [torch.Generator().manual_seed(params.seed + j) for j in rows]
 
         want_rows = extras.attention_layer is not None or extras.hidden_layer is not None
+        final_layers = self._check_layers(extras.final_layers)
+        captured: dict[int, object] = {}
         states = [_RowState(len(ids)) for ids, _ in encoded]
         active = list(range(batch))
-        with torch.inference_mode():
+        with torch.inference_mode(), self._mlp_hooks(final_layers if extras.final_source == "mlp" else (), captured):
             out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
                              position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
-            self.forward_tokens += int(sum(len(s) for s in suffixes))
+            self.forward_tokens += int(sum(len(s) for s in suffixes[:len(input_ids)]))
+            if replicas > 1:
+                out.past_key_values.batch_repeat_interleave(replicas)
+                mask = mask.repeat(replicas, 1)
+                out.logits = out.logits[:, -1:, :].repeat(replicas, 1, 1)
             step = 0
             while active:
                 if self.stop_requested is not None and self.stop_requested():
@@ -194,41 +213,57 @@ class HFModel:
                 else:
                     chosen = _sample_rows(logits, [generators[r] for r in active], sampling[0])
                 entropy = -(logprobs.exp() * logprobs).sum(-1) if extras.entropy else None
-                keep, next_ids = [], []
+                lse = torch.logsumexp(logits, dim=-1) if extras.logsumexp else None
+                keep, next_ids, feed_positions = [], [], []
                 for i, row in enumerate(active):
                     token = int(chosen[i])
                     state = states[row]
                     if token in self.eos_ids:
                         state.finish = "eos"
+                        if final_layers:  # the model's own EOS, fed at the next position
+                            keep.append(i)
+                            next_ids.append(token)
+                            feed_positions.append(state.prompt_len + len(state.ids))
                         continue
                     state.ids.append(token)
                     state.logprobs.append(float(logprobs[i, token]))
                     if entropy is not None:
                         state.entropies.append(float(entropy[i]))
+                    if lse is not None:
+                        state.logsumexp.append(float(lse[i]))
                     text = self.tokenizer.decode(state.ids, skip_special_tokens=True)
                     if cut_at_stop(text, stop)[1]:
                         state.finish = "stop"
                     elif len(state.ids) >= max_new_tokens:
                         state.finish = "length"
-                    if state.finish is None or want_rows:
+                    if state.finish is None or want_rows or final_layers:
                         keep.append(i)
-                        next_ids.append(token)
+                        # A row that just finished is fed EOS in place of its last token (final state).
+                        next_ids.append(self.final_eos_id if state.finish and final_layers else token)
+                        feed_positions.append(state.prompt_len + len(state.ids) - 1)
                 step += 1
                 if not keep:
                     break
                 # Feed the chosen tokens: gives the next logits, and each token's own attention row /
-                # hidden state (rows that just finished are fed once more only for those).
+                # hidden state (rows that just finished are fed once more only for those, or for the
+                # final state).
+                finishing = [j for j, i in enumerate(keep) if states[active[i]].finish is not None]
                 index = torch.tensor(keep, dtype=torch.long, device=self.device)
                 out.past_key_values.batch_select_indices(index)
                 mask = torch.cat([mask[keep], torch.ones((len(keep), 1), dtype=torch.long)], dim=1)
-                positions = torch.tensor([[states[active[i]].prompt_len + len(states[active[i]].ids) - 1]
-                                          for i in keep])
+                positions = torch.tensor([[p] for p in feed_positions])
+                residual_final = bool(final_layers and finishing and extras.final_source == "residual")
                 out = self.model(input_ids=torch.tensor([[t] for t in next_ids], device=self.device),
                                  attention_mask=mask.to(self.device), position_ids=positions.to(self.device),
                                  past_key_values=out.past_key_values, use_cache=True,
                                  output_attentions=extras.attention_layer is not None,
-                                 output_hidden_states=extras.hidden_layer is not None)
+                                 output_hidden_states=extras.hidden_layer is not None or residual_final)
                 self.forward_tokens += len(keep)
+                if final_layers:
+                    for j in finishing:
+                        layers = [out.hidden_states[layer][j, -1] if residual_final else captured[layer][j]
+                                  for layer in final_layers]
+                        states[active[keep[j]]].final = torch.stack(layers).float().cpu().numpy()
                 for j, i in enumerate(keep):
                     state = states[active[i]]
                     if extras.attention_layer is not None:
@@ -243,6 +278,10 @@ class HFModel:
                     out.logits = out.logits[rows]
                     mask = mask[rows]
                 active = [active[i] for i in still]
+        if final_layers:
+            for state in states:  # a row cut by max_new_tokens=0 never ran: no final state exists
+                if state.final is None:
+                    raise RuntimeError("a sampled row finished without its final EOS feed")
         results = [state.result(self, stop, extras) for state in states]
         if extras.attention_layer is not None:
             # Attention rows cover the prompt too; the texts of the prompt's own (non-shared) tokens
@@ -250,6 +289,47 @@ class HFModel:
             for result, (ids, own_shared) in zip(results, encoded):
                 result.meta["prompt_tokens"] = self.token_texts(ids[own_shared:])
         return results
+
+    @property
+    def final_eos_id(self) -> int:
+        eos = self.tokenizer.eos_token_id
+        return eos if isinstance(eos, int) else min(self.eos_ids)
+
+    def _decoder_layers(self):
+        """The model's list of decoder blocks (Llama/Mistral/Qwen, GPT-2, GPT-NeoX layouts)."""
+        for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
+            node = self.model
+            for part in path.split("."):
+                node = getattr(node, part, None)
+                if node is None:
+                    break
+            if node is not None:
+                return node
+        raise InputError(f"{self.model_dir}: cannot find the decoder layers of a {type(self.model).__name__} "
+                         f"(final states need model.layers, transformer.h or gpt_neox.layers)")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._decoder_layers())
+
+    def _check_layers(self, layers: Sequence[int]) -> tuple[int, ...]:
+        count = self.num_layers if layers else 0
+        for layer in layers:
+            if not 1 <= layer <= count:
+                raise InputError(f"layer {layer} does not exist: {self.model_dir.name} has layers 1..{count}")
+        return tuple(layers)
+
+    def _mlp_hooks(self, layers: Sequence[int], captured: dict):
+        """While active, `captured[layer]` holds the last position's MLP output of every row of the
+        latest forward (the MLP output before the residual add, as the reference vLLM fork reads it)."""
+
+        stack = contextlib.ExitStack()
+        blocks = self._decoder_layers() if layers else ()
+        for layer in layers:
+            def keep(module, args, output, layer=layer):
+                captured[layer] = output[:, -1, :]
+            stack.callback(blocks[layer - 1].mlp.register_forward_hook(keep).remove)
+        return stack
 
     # ---- scoring -------------------------------------------------------------------------------
 
@@ -300,6 +380,8 @@ class _RowState:
         self.entropies: list[float] = []
         self.attentions: list[np.ndarray] = []
         self.hidden: list[np.ndarray] = []
+        self.logsumexp: list[float] = []
+        self.final: np.ndarray | None = None
         self.finish: str | None = None
 
     def result(self, model: HFModel, stop: Sequence[str], extras: Extras) -> Continuation:
@@ -320,6 +402,8 @@ class _RowState:
             hidden=(np.stack(self.hidden[:keep]) if keep else
                     np.zeros((0, model.model.config.hidden_size), dtype=np.float32))
             if extras.hidden_layer is not None else None,
+            final_hidden=self.final if extras.final_layers else None,
+            logsumexp=self.logsumexp[:keep] if extras.logsumexp else None,
         )
 
 
