@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .config import load_params
+from .config import as_dict, load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
 
 
@@ -134,16 +134,21 @@ def cmd_split(args) -> None:
     params = _params(args)
     ds = params.dataset(args.dataset)
     examples = load_dataset(ds.format, ds.path)
-    if ds.sample.size is not None and ds.sample.size > len(examples):
-        raise InputError(f"datasets.{ds.name}.sample.size is {ds.sample.size} but {ds.path} has only "
-                         f"{len(examples)} questions")
-    chosen = sample(examples, ds.sample.size, ds.sample.seed, ds.sample.mode)
+    cfg = ds.sample
+    left = len(examples) - cfg.skip
+    after_skip = f", {max(left, 0)} after sample.skip {cfg.skip}" if cfg.skip else ""
+    if cfg.size is not None and cfg.size > left:
+        raise InputError(f"datasets.{ds.name}.sample.size is {cfg.size} but {ds.path} has only "
+                         f"{len(examples)} questions{after_skip}")
+    if left < 1 and cfg.skip:  # an empty split would fail only later, when each of its runs is scored
+        raise InputError(f"datasets.{ds.name}.sample.skip is {cfg.skip} but {ds.path} has only "
+                         f"{len(examples)} questions: the split would be empty")
+    chosen = sample(examples, cfg.size, cfg.seed, cfg.mode, cfg.skip)
     out = Path(args.out)
     write_jsonl(out, (e.to_dict() for e in chosen))
     write_json(out.with_suffix(".meta.json"), {
         "dataset": ds.name, "source": ds.path, "source_sha256": sha256_file(ds.path),
-        "source_questions": len(examples), "sample": {"mode": ds.sample.mode, "size": ds.sample.size,
-                                                      "seed": ds.sample.seed}, "questions": len(chosen),
+        "source_questions": len(examples), "sample": as_dict(cfg), "questions": len(chosen),
     })
     print(f"split {ds.name}: {len(chosen)} of {len(examples)} questions -> {out}")
 

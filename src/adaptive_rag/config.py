@@ -100,6 +100,7 @@ class SampleConfig:
     mode: str
     size: int | None
     seed: int
+    skip: int  # leading items of the order dropped: a split disjoint from a smaller one of the same seed
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,7 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
         mode=sample.str("mode", "random", SAMPLE_MODES),
         size=sample.int("size", None, minimum=1, allow_none=True),
         seed=sample.int("seed", 0),
+        skip=sample.int("skip", 0, minimum=0),
     )
     sample.done()
     cfg = DatasetConfig(

@@ -3,6 +3,9 @@
 `random` draws one seeded permutation of the whole file and takes its first N, so a 300-sample is
 always a prefix of the 500- and 1000-samples drawn with the same seed (papers report all three).
 `first` takes the first N in file order, as the DRAGIN lineage does.
+`skip` drops the first items of either order before taking N: with the same seed and mode, a split
+skipping 16 shares no question with the 16-sample, which is how a calibration split is kept apart
+from the evaluation split.
 """
 
 from __future__ import annotations
@@ -13,12 +16,11 @@ from typing import Sequence, TypeVar
 T = TypeVar("T")
 
 
-def sample(items: Sequence[T], size: int | None, seed: int, mode: str = "random") -> list[T]:
+def sample(items: Sequence[T], size: int | None, seed: int, mode: str = "random", skip: int = 0) -> list[T]:
     order = list(range(len(items)))
     if mode == "random":
         random.Random(seed).shuffle(order)
     elif mode != "first":
         raise ValueError(f"unknown sampling mode {mode!r}")
-    if size is not None:
-        order = order[:size]
-    return [items[i] for i in order]
+    end = None if size is None else skip + size
+    return [items[i] for i in order[skip:end]]
