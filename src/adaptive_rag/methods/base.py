@@ -34,6 +34,7 @@ class Answer:
     passages: list[dict] = field(default_factory=list)
     retrievals: int = 0
     llm_calls: int = 0
+    sampled_sequences: int = 0  # sampled continuations (SeaKR's k per judged context), apart from Gc
     detections: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -42,8 +43,11 @@ class Answer:
     steps: list[dict] = field(default_factory=list)  # what each call produced and decided (trace only)
 
     def counters(self) -> dict:
-        return {"retrievals": self.retrievals, "llm_calls": self.llm_calls, "detections": self.detections,
-                "generated_tokens": self.generated_tokens, "sentences": self.sentences}
+        counters = {"retrievals": self.retrievals, "llm_calls": self.llm_calls, "detections": self.detections,
+                    "generated_tokens": self.generated_tokens, "sentences": self.sentences}
+        if self.sampled_sequences:  # only sampling methods have it, so other methods' records stay as they were
+            counters["sampled_sequences"] = self.sampled_sequences
+        return counters
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Context:
     retriever: "Retriever | None" = None
     answer_fallback_tokens: int = 20
     query_max_words: int | None = None
+    inputs: dict = field(default_factory=dict)  # name -> Path of the files the method declared (`Method.inputs`)
 
 
 class Method:
@@ -69,6 +74,13 @@ class Method:
 
     @classmethod
     def read_settings(cls, section: "Section") -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def inputs(cls, settings: dict[str, Any], dataset: str, method: str) -> dict[str, str]:
+        """Files a run of this configuration reads besides the split, exemplars, model and index (name ->
+        repo-relative path): the workflow makes them inputs of the generate rule, the runner hands them
+        over in `Context.inputs` and keys resumable progress on their contents."""
         return {}
 
     @classmethod
