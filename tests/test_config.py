@@ -33,7 +33,7 @@ def test_repository_params_are_valid(base):
         (lambda d: d["methods"]["sr-rag"].update(top_k=0), "methods.sr-rag.top_k: expected an integer >= 1"),
         (lambda d: d["methods"]["sr-rag"].update(topk=3), "methods.sr-rag.topk: unknown key"),
         (lambda d: d["methods"].update({"my-flare": {"type": "flair"}}), "unknown method type 'flair'"),
-        (lambda d: d["experiment"].update(methods=["wo-rag", "seakr"]), "experiment.methods: names 'seakr'"),
+        (lambda d: d["experiment"].update(methods=["wo-rag", "self-rag"]), "experiment.methods: names 'self-rag'"),
         (lambda d: d["experiment"].update(datasets=["nq"]), "experiment.datasets: names 'nq'"),
         (lambda d: d["generation"].update(decoding="sample"), "generation.decoding: must be one of greedy"),
         (lambda d: d["generation"].update(max_new_tokens=-5), "generation.max_new_tokens: expected an integer >= 1"),

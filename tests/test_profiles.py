@@ -1,8 +1,9 @@
-"""The params profiles (demo, shared, paper): each is valid and plans the DAG it promises."""
+"""The params profiles (demo, shared, paper, scaar, seakr): each is valid and plans the DAG it promises."""
 
 import hashlib
 import http.server
 import io
+import json
 import shutil
 import sys
 import threading
@@ -11,10 +12,11 @@ import zipfile
 import pytest
 
 from adaptive_rag.config import load_params
+from adaptive_rag.prompts.fewshot import resolve_exemplars
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
-@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar"])
+@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr"])
 def test_profiles_are_valid(name):
     load_params(REPO / "params" / f"{name}.yaml")
 
@@ -31,7 +33,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     run([*cli, "profile", "paper"], tmp_path)
     assert (tmp_path / "params.yaml").read_text() == (REPO / "params" / "paper.yaml").read_text()
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
-    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, shared" in result.stderr
+    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, seakr, shared" in result.stderr
 
 
 @pytest.mark.slow  # a Snakemake dry run
@@ -42,6 +44,77 @@ def test_paper_profile_plans_downloads_for_every_input(tmp_path):
     downloads = {rule: n for rule, n in jobs.items() if rule.startswith("download_")}
     assert len(downloads) == 8 and set(downloads.values()) == {1}
     assert jobs["split"] == 7 and jobs["generate"] == 42 and jobs["index"] == 1
+
+
+SEAKR_COMPLEX, SEAKR_SIMPLE = ["2wikimultihopqa", "hotpotqa", "iirc"], ["nq", "triviaqa", "squad"]
+
+
+def test_seakr_profile_has_the_papers_settings():
+    """SeaKR §4.1: Llama-2-7B-chat white-box, k = 20, delta = -6, l = L/2, N = 3, the reference code's 7 steps
+    and 5 passages; simple QA with one search; Table 3 on 500-question prefixes; calibration disjoint."""
+    p = load_params(REPO / "params" / "seakr.yaml")
+    assert (p.model.source, p.model.backend, p.model.dtype, p.model.prompt_format) == (
+        "meta-llama/Llama-2-7b-chat-hf", "hf", "bfloat16", "raw")
+    seakr = p.method("seakr")
+    assert seakr.type == "seakr"
+    assert {k: seakr.settings[k] for k in ("variant", "estimator", "k", "delta", "layer", "hidden_source", "top_k",
+                                            "max_steps", "max_docs")} == {
+        "variant": "multihop", "estimator": "eigenscore", "k": 20, "delta": -6.0, "layer": None,
+        "hidden_source": "mlp", "top_k": 3, "max_steps": 7, "max_docs": 5}
+    assert {d: seakr.settings_for(d)["variant"] for d in SEAKR_COMPLEX + SEAKR_SIMPLE} == {
+        **dict.fromkeys(SEAKR_COMPLEX, "multihop"), **dict.fromkeys(SEAKR_SIMPLE, "simple")}
+    simple = p.method("seakr-simple")
+    assert (simple.type, simple.settings["variant"], simple.settings["k"], simple.settings["delta"],
+            simple.settings["top_k"]) == ("seakr", "simple", 20, -6.0, 3)
+    ircot = p.method("ircot")
+    assert (ircot.type, ircot.settings["accumulate"], ircot.settings["top_k"], ircot.settings["max_passages"]) == (
+        "fs-rag", True, 3, 15)
+    for name in ("ircot", "flare", "dragin"):  # §4.1.3: one search on simple QA, for the baselines too
+        assert [p.method(name).settings_for(d)["max_retrievals"] for d in SEAKR_SIMPLE] == [1, 1, 1]
+    assert p.experiment_datasets == SEAKR_COMPLEX + SEAKR_SIMPLE
+    assert p.experiment_methods == ["wo-rag", "ircot", "flare", "dragin", "seakr"]
+
+    for name in SEAKR_COMPLEX + SEAKR_SIMPLE:
+        ds, small = p.dataset(name), p.dataset(f"{name}-500")
+        assert ds.num_exemplars == min(10, len(json.loads(resolve_exemplars(ds.exemplars).read_text())))
+        assert (small.path, small.sample.mode, small.sample.seed, small.sample.size) == (
+            ds.path, ds.sample.mode, ds.sample.seed, 500)  # a prefix of the evaluation sample
+    nq, calib = p.dataset("nq"), p.dataset("nq-calib")
+    assert (calib.path, calib.sample.mode, calib.sample.seed) == (nq.path, nq.sample.mode, nq.sample.seed)
+    assert calib.sample.skip == nq.sample.size  # no evaluated NQ question is calibrated on
+    for name in ("seakr-calibrated", "seakr-simple-calibrated"):
+        settings = p.method(name).settings
+        assert (settings["delta"], settings["calibration_dataset"], settings["k"]) == ("calibrated", "nq-calib", 20)
+
+    ablations = p.ablations
+    assert ablations["seakr-table1"].datasets == SEAKR_COMPLEX
+    assert ablations["seakr-table2"].datasets == SEAKR_SIMPLE
+    assert ablations["seakr-table2"].vary["method"] == ["wo-rag", "flare", "dragin", "seakr-simple"]
+    for name in ("seakr-estimator", "seakr-retrieval", "seakr-rerank", "seakr-reasoning"):
+        assert ablations[name].datasets == [f"{d}-500" for d in SEAKR_COMPLEX]
+    for name, base in (("seakr-estimator-simple", "seakr-simple-calibrated"), ("seakr-retrieval-simple", "seakr-simple"),
+                       ("seakr-rerank-simple", "seakr-simple")):
+        assert ablations[name].datasets == [f"{d}-500" for d in SEAKR_SIMPLE]
+        assert {v.base for v in ablations[name].variants} == {base}
+    assert ablations["seakr-recall"].vary == {"top_k": [1, 3, 5, 7, 10]}
+    sweep = ablations["seakr-sweep"]
+    assert (sweep.plot, sweep.datasets, sweep.base, sweep.k_max) == ("uncertainty-sweep", ["nq-calib"], "seakr", 30)
+
+
+@pytest.mark.slow  # Snakemake dry runs
+def test_seakr_profile_plans_tables_calibration_and_sweep(tmp_path):
+    copy_workflow(tmp_path)
+    shutil.copy(REPO / "params" / "seakr.yaml", tmp_path / "params.yaml")
+    jobs = planned_jobs(tmp_path)
+    assert len([rule for rule in jobs if rule.startswith("download_")]) == 7
+    assert jobs["split"] == 6 and jobs["generate"] == 30 and "calibrate" not in jobs
+    out = snakemake(tmp_path, "-n", "--quiet", "rules", "--", "ablations").stdout
+    jobs = {parts[0]: int(parts[1]) for parts in map(str.split, out.splitlines())
+            if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job")}
+    # 13 splits; one calibration per estimator and variant (6 x 2); Table 3 and Figure 3a runs with their
+    # wo-RAG baselines, Tables 1-2 as ablations: 108 runs; the sweep on nq-calib
+    assert jobs["split"] == 13 and jobs["calibrate"] == 12 and jobs["generate"] == 108
+    assert jobs["uncertainty_sweep"] == 1 and jobs["ablation"] == 10
 
 
 @pytest.mark.slow  # a Snakemake dry run
