@@ -46,9 +46,9 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
     result = run([*cli, "generate", "--dataset", "demo", "--method", "flair", "--split", "x", "--model-dir", "m",
                   "--out-dir", "o"], tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == (
-        "error: unknown method 'flair'; params.yaml defines: wo-rag, sr-rag, fl-rag, fs-rag, flare, dragin, "
-        "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar "
-        "(and 54 ablation variants, `<ablation>--<values>`)")
+        "error: unknown method 'flair'; params.yaml defines: wo-rag, sr-rag, fl-rag, fs-rag, ircot, flare, dragin, "
+        "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple "
+        "(and 79 ablation variants, `<ablation>--<values>`)")
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path / "data", check=False)
     assert result.returncode == 2 and "params file not found: params.yaml" in result.stderr
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
@@ -173,3 +173,39 @@ def test_a_killed_snakemake_reruns_after_unlock_and_resumes_to_the_same_result(t
     assert (root / target).read_bytes() == (roots["straight"] / target).read_bytes()
     record = json.loads((root / "data/runs/demo/wo-rag/provenance.json").read_text())
     assert record["resumed_batches"] == finished
+
+
+def test_seakr_calibrates_on_its_own_split_and_its_ablation_variants_share_the_cache(tiny_llama_dir, tmp_path):
+    """SeaKR end to end on the tiny Llama: `delta: calibrated` plans the calibrate step on demo-calib before
+    the run; the reasoning ablation's variants differ only after the loop, so they hit each other's calls."""
+    import json
+
+    copy_workflow(tmp_path)
+
+    def edit(data):
+        tiny_params(tiny_llama_dir)(data)
+        data["generation"]["cache"] = "data/cache/calls.sqlite"
+        data["datasets"]["demo-small"]["sample"]["size"] = 2
+        data["datasets"]["demo-calib"]["sample"].update(size=2, skip=2)
+        data["methods"]["seakr"]["k"] = 3
+        data["ablations"] = {"seakr-reasoning": data["ablations"]["seakr-reasoning"],
+                             "seakr-sweep": {**data["ablations"]["seakr-sweep"], "k_max": 4}}
+    edit_params(tmp_path, edit)
+    snakemake(tmp_path, "ablation_seakr_reasoning", "ablation_seakr_sweep")
+    calibration = json.loads((tmp_path / "data/calibration/demo-calib/seakr-reasoning--select.json").read_text())
+    demo_small = {r["id"] for r in read_jsonl(tmp_path / "data/splits/demo-small.jsonl")}
+    assert calibration["estimator"] == "eigenscore" and len(calibration["u"]) == 2
+    assert not set(calibration["ids"]) & demo_small  # the calibration split is not evaluated
+    assert set(calibration["thresholds"]) == {"best-f1", "rate-0.25", "rate-0.5", "rate-0.75"}
+    hits = []
+    for variant in ("select", "rationale", "knowledge"):
+        run_dir = tmp_path / f"data/runs/demo-small/seakr-reasoning--{variant}"
+        provenance = json.loads((run_dir / "provenance.json").read_text())
+        hits.append(provenance["call_cache"]["sample_set"]["hits"])
+        for record in read_jsonl(run_dir / "predictions.jsonl"):
+            assert record["counters"]["sampled_sequences"] % 3 == 0 and record["counters"]["llm_calls"] >= 1
+    assert sum(hits) > 0  # the loop's calls are the same in every variant
+    sweep = (tmp_path / "reports/ablations/seakr-sweep.csv").read_text().splitlines()
+    assert sweep[0] == "id,k,layer,u,em,f1" and len(sweep) == 1 + 2 * 3 * 2  # 2 questions, k 2..4, 2 layers
+    assert (tmp_path / "reports/ablations/seakr-sweep.png").stat().st_size > 0
+    assert (tmp_path / "reports/ablations/seakr-reasoning.md").is_file()
