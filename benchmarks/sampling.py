@@ -1,0 +1,156 @@
+"""Sampling benchmark: sampled tokens/second of SeaKR-style sampling, k samples batched vs one at a time.
+
+Workload: the first N demo questions as chat-format prompts with the demo's 8 exemplars (no passages),
+k seeded samples each (temperature 1, top-k 50, top-p 0.9; continuation j seeded seed + j), at most 100
+new tokens, cut at the first sentence (stop strings "\\n\\n", "Question:" and ". ", SeaKR's pseudo-step),
+with SeaKR's final-EOS state at layer 15 of SmolLM2-135M-Instruct's 30 (`Extras(final_layers=(15,))`).
+Per k, three modes: `batched`, one `sample(n=k)` call per question (k rows decoded together after one
+shared prefill); `sequential`, k `sample(n=1, seed=seed + j)` calls per question; `sample_batch`, one
+`sample_batch` call over all N questions (what SeaKR calls: batched samples plus one Gram per
+question). Each runs in a fresh process, so its peak RSS is its own; wall time and forward tokens
+cover the sampling calls only (model load and the shared few-shot prefix, encoded once before, are
+excluded). Also checks that the modes give the same token ids (they should: the seeds are the
+same), and how far apart their final states and Grams are.
+
+Needs the demo model: `snakemake --cores all model` first (or `--model-dir` pointing at a built one).
+Usage: python benchmarks/sampling.py [--k 10 20] [--questions 4] [--threads 2] [--seed 0] [--model-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "data/models/smollm2-135m-instruct"
+STOP = ("\n\n", "Question:", ". ")  # one sentence: SeaKR's pseudo-step
+MAX_NEW_TOKENS = 100
+LAYER = 15  # 1-based, the middle of SmolLM2-135M's 30 layers
+MODES = ("batched", "sequential", "sample_batch")
+
+
+def workload(n: int):
+    from adaptive_rag.data.datasets import load_hotpotqa
+    from adaptive_rag.prompts.fewshot import build_prompt, load_exemplars
+
+    examples = load_hotpotqa(REPO / "data/demo/hotpot_demo.json")[:n]
+    exemplars = load_exemplars(REPO / "data/demo/exemplars.json", 8)
+    return [build_prompt("chat", exemplars, e.question) for e in examples]
+
+
+def child(args) -> None:
+    """One (mode, k), measured in this process; prints one JSON line."""
+    from adaptive_rag.lm.base import Extras, SamplingParams
+    from adaptive_rag.lm.hf import HFModel
+
+    prompts = workload(args.questions)
+    lm = HFModel(args.model_dir, "float32", "cpu", args.threads)
+    extras = Extras(final_layers=(LAYER,))
+    k, seed = args.k[0], args.seed
+    grams = None
+    lm.generate(prompts[:1], 1)  # untimed: encodes the shared few-shot prefix (once per dataset in a run)
+    lm.forward_tokens = 0
+    start = time.perf_counter()
+    if args.child == "batched":
+        samples = [lm.sample(p, SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP, extras) for p in prompts]
+    elif args.child == "sequential":
+        samples = [[lm.sample(p, SamplingParams(n=1, seed=seed + j), MAX_NEW_TOKENS, STOP, extras)[0]
+                    for j in range(k)] for p in prompts]
+    else:
+        sets = lm.sample_batch(prompts, SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP, extras)
+        samples, grams = [s.samples for s in sets], [s.grams[str(LAYER)].tolist() for s in sets]
+    seconds = time.perf_counter() - start
+    print(json.dumps({
+        "seconds": seconds, "forward_tokens": lm.forward_tokens,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "tokens": [[c.token_ids for c in row] for row in samples],
+        "finals": None if grams else [[c.final_hidden[0].tolist() for c in row] for row in samples],
+        "grams": grams,
+    }))
+
+
+def compare(reference: dict, other: dict) -> tuple[int, int, float | None, float | None]:
+    """Continuations with the same token ids; over those questions whose continuations all match, the
+    largest final-state difference (batched) or relative Gram difference (sample_batch)."""
+    from adaptive_rag.lm.base import gram
+
+    same = total = 0
+    state_diff = gram_diff = None
+    for q, (ref_row, row) in enumerate(zip(reference["tokens"], other["tokens"])):
+        matches = [a == b for a, b in zip(ref_row, row)]
+        same, total = same + sum(matches), total + len(matches)
+        if not all(matches):
+            continue
+        ref_states = np.array(reference["finals"][q])
+        if other["finals"] is not None:
+            diff = float(np.abs(np.array(other["finals"][q]) - ref_states).max())
+            state_diff = max(state_diff or 0.0, diff)
+        else:
+            expected = gram(ref_states)
+            diff = float(np.abs(np.array(other["grams"][q]) - expected).max() / np.abs(expected).max())
+            gram_diff = max(gram_diff or 0.0, diff)
+    return same, total, state_diff, gram_diff
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--k", type=int, nargs="+", default=[10, 20], help="samples per question")
+    parser.add_argument("--questions", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model-dir", type=Path, default=MODEL)
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args)
+    if not (args.model_dir / "config.json").is_file():
+        sys.exit(f"error: {args.model_dir} missing (no config.json); run `snakemake --cores all model` first, "
+                 f"or pass --model-dir DIR of a built model")
+
+    def measure(mode: str, k: int) -> dict:
+        command = [sys.executable, __file__, "--child", mode, "--k", str(k), "--questions", str(args.questions),
+                   "--threads", str(args.threads), "--seed", str(args.seed), "--model-dir", str(args.model_dir)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    runs = {(k, mode): measure(mode, k) for k in args.k for mode in MODES}
+    print(f"\n{args.questions} demo questions (chat prompts, 8 exemplars), SmolLM2-135M fp32, {args.threads} threads, "
+          f"one sentence of at most {MAX_NEW_TOKENS} new tokens, final state at layer {LAYER}, seed {args.seed}\n")
+    print("| k | mode | wall s | sampled tokens | sampled tokens/s | forward tokens | speed-up over sequential | "
+          "identical to sequential | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    notes = []
+    for k in args.k:
+        reference = runs[(k, "sequential")]
+        for mode in MODES:
+            r = runs[(k, mode)]
+            sampled = sum(len(ids) for row in r["tokens"] for ids in row)
+            if mode == "sequential":
+                identical = "(reference)"
+            else:
+                same, total, state_diff, gram_diff = compare(reference, r)
+                identical = "yes" if same == total else f"no ({same}/{total})"
+                if state_diff is not None:
+                    notes.append(f"k={k}: final states, batched vs sequential: max |difference| {state_diff:.1e}")
+                if gram_diff is not None:
+                    notes.append(f"k={k}: sample_batch Grams vs the Grams of the sequential final states: max "
+                                 f"relative difference {gram_diff:.1e}; {r['seconds'] / args.questions:.2f} s "
+                                 f"per prompt")
+            label = f"{mode} (all {args.questions} prompts, 1 call)" if mode == "sample_batch" else mode
+            print(f"| {k} | {label} | {r['seconds']:.1f} | {sampled} | {sampled / r['seconds']:.1f} | "
+                  f"{r['forward_tokens']} | {reference['seconds'] / r['seconds']:.2f}x | {identical} | "
+                  f"{r['peak_rss_mb']:.0f} |")
+    print()
+    for note in notes:
+        print(note)
+
+
+if __name__ == "__main__":
+    main()
