@@ -80,6 +80,8 @@ def run(script, settings=None, questions=(SCRIPTED_QUESTION,)):
 
 
 def test_loop_retrieves_when_uncertain_and_keeps_the_least_uncertain_passage():
+    """§3.1: retrieve when U(c_r) > delta; §3.2: "the knowledge piece with the least uncertainty ... is
+    selected"; §3.3: stop on the answer phrase."""
     [answer], lm, retriever = run(SCRIPT)
     assert retriever.queries == [("born", 3)]  # "born" is in the question; "Lyon" (p 0.5) is not sure
     direct, rerank = [s for s in answer.steps if s["phase"] in ("direct", "rerank")][1:3]
@@ -98,6 +100,7 @@ def test_loop_retrieves_when_uncertain_and_keeps_the_least_uncertain_passage():
 
 
 def test_final_selection_lower_u_wins_and_unknown_loses():
+    """§3.3: "the strategy that promotes the lowest level of uncertainty"; Table 9's U values."""
     a = {"answer": "Lyon", "u": -4.73}
     b = {"answer": "Paris", "u": -6.20}
     assert choose(a, b) == "knowledge"  # Table 9

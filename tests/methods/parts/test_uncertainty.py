@@ -1,4 +1,7 @@
-"""SeaKR's uncertainty estimators (spec `docs/methods/seakr.md` §5 items 1, 2 and 8): every expected
+"""SeaKR's uncertainty estimators, checked against the paper (Yao et al. 2024; it numbers no equations):
+§3.4 "the determinant of the regularized Gram matrix" of the k EOS states (EigenScore, with INSIDE's
+(1/k) log det(Σ + αI)), and §5.1's Table 3 alternatives (perplexity, multi-perplexity, LN-entropy,
+energy, prompting). Spec `docs/methods/seakr.md` §5 items 1, 2 and 8 give the values: every expected
 number is hand-computed in a comment and recomputed here with math/numpy, never with the function under
 test; plus the empty-input conventions (inf = most uncertain; EigenScore with k = 0 raises) and AUROC."""
 
