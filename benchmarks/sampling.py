@@ -14,6 +14,8 @@ same), and how far apart their final states and Grams are.
 
 Needs the demo model: `snakemake --cores all model` first (or `--model-dir` pointing at a built one).
 Usage: python benchmarks/sampling.py [--k 10 20] [--questions 4] [--threads 2] [--seed 0] [--model-dir DIR]
+                                     [--device cpu|cuda] [--dtype float32|bfloat16|float16]
+On a GPU, peak RSS is host memory; the table adds the peak GPU memory of the sampling calls.
 """
 
 from __future__ import annotations
@@ -51,12 +53,16 @@ def child(args) -> None:
     from adaptive_rag.lm.hf import HFModel
 
     prompts = workload(args.questions)
-    lm = HFModel(args.model_dir, "float32", "cpu", args.threads)
+    lm = HFModel(args.model_dir, args.dtype, args.device, args.threads)
     extras = Extras(final_layers=(LAYER,))
     k, seed = args.k[0], args.seed
     grams = None
     lm.generate(prompts[:1], 1)  # untimed: encodes the shared few-shot prefix (once per dataset in a run)
     lm.forward_tokens = 0
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        lm.torch.cuda.synchronize()
+        lm.torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     if args.child == "batched":
         samples = [lm.sample(p, SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP, extras) for p in prompts]
@@ -66,10 +72,13 @@ def child(args) -> None:
     else:
         sets = lm.sample_batch(prompts, SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP, extras)
         samples, grams = [s.samples for s in sets], [s.grams[str(LAYER)].tolist() for s in sets]
+    if cuda:
+        lm.torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     print(json.dumps({
         "seconds": seconds, "forward_tokens": lm.forward_tokens,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_gpu_mb": lm.torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         "tokens": [[c.token_ids for c in row] for row in samples],
         "finals": None if grams else [[c.final_hidden[0].tolist() for c in row] for row in samples],
         "grams": grams,
@@ -106,6 +115,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model-dir", type=Path, default=MODEL)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -116,16 +127,18 @@ def main() -> None:
 
     def measure(mode: str, k: int) -> dict:
         command = [sys.executable, __file__, "--child", mode, "--k", str(k), "--questions", str(args.questions),
-                   "--threads", str(args.threads), "--seed", str(args.seed), "--model-dir", str(args.model_dir)]
+                   "--threads", str(args.threads), "--seed", str(args.seed), "--model-dir", str(args.model_dir),
+                   "--device", args.device, "--dtype", args.dtype]
         out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     runs = {(k, mode): measure(mode, k) for k in args.k for mode in MODES}
-    print(f"\n{args.questions} demo questions (chat prompts, 8 exemplars), SmolLM2-135M fp32, {args.threads} threads, "
+    print(f"\n{args.questions} demo questions (chat prompts, 8 exemplars), SmolLM2-135M {args.dtype} on {args.device}, {args.threads} threads, "
           f"one sentence of at most {MAX_NEW_TOKENS} new tokens, final state at layer {LAYER}, seed {args.seed}\n")
+    gpu = args.device.startswith("cuda")
     print("| k | mode | wall s | sampled tokens | sampled tokens/s | forward tokens | speed-up over sequential | "
-          "identical to sequential | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "identical to sequential | peak RSS (MB) |" + (" peak GPU memory (MB) |" if gpu else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""))
     notes = []
     for k in args.k:
         reference = runs[(k, "sequential")]
@@ -146,7 +159,7 @@ def main() -> None:
             label = f"{mode} (all {args.questions} prompts, 1 call)" if mode == "sample_batch" else mode
             print(f"| {k} | {label} | {r['seconds']:.1f} | {sampled} | {sampled / r['seconds']:.1f} | "
                   f"{r['forward_tokens']} | {reference['seconds'] / r['seconds']:.2f}x | {identical} | "
-                  f"{r['peak_rss_mb']:.0f} |")
+                  f"{r['peak_rss_mb']:.0f} |" + (f" {r['peak_gpu_mb']:.0f} |" if gpu else ""))
     print()
     for note in notes:
         print(note)

@@ -248,9 +248,11 @@ class HFModel:
                 # hidden state (rows that just finished are fed once more only for those, or for the
                 # final state).
                 finishing = [j for j, i in enumerate(keep) if states[active[i]].finish is not None]
-                index = torch.tensor(keep, dtype=torch.long, device=self.device)
-                out.past_key_values.batch_select_indices(index)
-                mask = torch.cat([mask[keep], torch.ones((len(keep), 1), dtype=torch.long)], dim=1)
+                if len(keep) != len(active):  # selecting every row would copy the whole KV cache for nothing
+                    index = torch.tensor(keep, dtype=torch.long, device=self.device)
+                    out.past_key_values.batch_select_indices(index)
+                    mask = mask[keep]
+                mask = torch.cat([mask, torch.ones((len(keep), 1), dtype=torch.long)], dim=1)
                 positions = torch.tensor([[p] for p in feed_positions])
                 residual_final = bool(final_layers and finishing and extras.final_source == "residual")
                 out = self.model(input_ids=torch.tensor([[t] for t in next_ids], device=self.device),
