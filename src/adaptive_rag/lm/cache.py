@@ -44,7 +44,7 @@ log = logging.getLogger("adaptive_rag.lm")
 SCHEMA_VERSION = "1"  # bump when the row layout or the value encoding changes: old files are moved aside
 KEY_VERSION = 1  # bump when the key recipe changes: old rows simply stop matching
 BUSY_TIMEOUT_S = 60.0
-OPERATIONS = ("generate", "sample", "sample_set", "score")
+OPERATIONS = ("generate", "sample", "sample_set", "score", "judge")
 _COLUMNS = ["key", "op", "value", "arrays", "checksum", "created"]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
