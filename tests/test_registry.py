@@ -23,7 +23,8 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
         by_module.setdefault(registry.method_class(name).__module__.rsplit(".", 1)[-1], []).append(name)
     modules = {m.name for m in pkgutil.iter_modules(methods_package.__path__) if not m.ispkg}
     assert set(by_module) == modules - registry.NOT_METHODS  # one file per method, no helper among them
-    assert types == ["dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "sr-rag", "weighted-threshold", "wo-rag"]
+    assert types == ["dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "sr-rag", "sugar", "weighted-threshold",
+                     "wo-rag"]
 
 
 class _Toy(Method):

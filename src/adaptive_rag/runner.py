@@ -27,7 +27,7 @@ from . import provenance
 from .config import Params, as_dict
 from .data.datasets import Example
 from .errors import InputError
-from .evaluation.answer import extract_answer
+from .evaluation.answer import direct_answer, extract_answer
 from .io import read_jsonl, write_json, write_jsonl
 from .lm.factory import build_model
 from .methods.registry import method_class
@@ -149,9 +149,9 @@ def _model_identity(params: Params, model_dir: Path | None) -> dict | None:
 
 
 def _record(example: Example, answer) -> dict:
-    prediction, found = extract_answer(answer.output)
+    prediction, found = (direct_answer if answer.direct else extract_answer)(answer.output)
     counters = answer.counters()
-    return {
+    record = {
         "prediction": {
             "id": example.id, "question": example.question, "answers": example.answers,
             "answer_type": example.answer_type, "prediction": prediction, "answer_found": found,
@@ -165,3 +165,6 @@ def _record(example: Example, answer) -> dict:
                          "wall_time_s": round(answer.wall_time_s, 3)},
         },
     }
+    if answer.direct:  # only then, so every other method's records stay as they were
+        record["prediction"]["direct"] = True
+    return record

@@ -31,6 +31,15 @@ def extract_answer(text: str) -> tuple[str, bool]:
     return answer, True
 
 
+def direct_answer(text: str) -> tuple[str, bool]:
+    """A direct-answer prompt's completion is the answer itself (no phrase to look for): stripped, with
+    one final period removed as `extract_answer` removes it; found when anything is left."""
+    answer = text.strip()
+    if answer.endswith(".") and not _ABBREVIATION.search(answer):
+        answer = answer[:-1].rstrip()
+    return answer, bool(answer)
+
+
 def has_answer(text: str) -> bool:
     """Whether an output already states its answer ("... the answer is X")."""
     answer, found = extract_answer(text)

@@ -41,6 +41,9 @@ class Answer:
     sentences: int = 0
     wall_time_s: float = 0.0
     steps: list[dict] = field(default_factory=list)  # what each call produced and decided (trace only)
+    # The output is the answer itself (a direct-answer prompt such as `qa-oneshot`): the runner takes it
+    # whole instead of looking for "So the answer is", and the answer fallback leaves it alone.
+    direct: bool = False
 
     def counters(self) -> dict:
         counters = {"retrievals": self.retrievals, "llm_calls": self.llm_calls, "detections": self.detections,
@@ -129,7 +132,7 @@ class Method:
         appended and a few more tokens generated, without passages, so every method is scored on an
         answer phrase rather than on its reasoning."""
         budget = self.ctx.answer_fallback_tokens
-        todo = [i for i, a in enumerate(answers) if budget and not has_answer(a.output)]
+        todo = [i for i, a in enumerate(answers) if budget and not a.direct and not has_answer(a.output)]
         if not todo:
             return
         start = time.perf_counter()

@@ -1,9 +1,13 @@
-"""Few-shot chain-of-thought prompts in the DRAGIN-lineage format.
+"""Few-shot chain-of-thought prompts in the DRAGIN-lineage format, and a one-shot direct-answer prompt.
 
 Exemplars are data (a JSON list of `{question, reasoning, answer}`), so a user can point params at a
 published exemplar set and compare implementations on the same prompt. Each prompt has two
 renderings because the choice matters a lot for small instruct models: `raw` (the few-shot text the
 reference code feeds every model) and `chat` (the same turns through the model's chat template).
+
+The `qa-oneshot` style is SUGAR's "one task demonstration of the `Q: question A:` format": the first
+exemplar's question and short answer, no reasoning, and the whole completion is the answer: short
+answers are what semantic entropy can cluster reliably, and a chain of thought is not.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ INSTRUCTION = (f'Answer the question by reasoning step by step in one or two sho
                f'"{ANSWER_PREFIX} <answer>." where <answer> is a short phrase.')
 CONTEXT_INSTRUCTION = "Answer in the same format as before, using the context if it helps."
 STOP_STRINGS = ("\n\n", "Question:")
+PROMPT_STYLES = ("cot", "qa-oneshot")
+QA_INSTRUCTION = "Answer the question with a short answer only (a few words), without explanation."
+QA_STOP_STRINGS = ("\n", "Q:")
 
 
 @dataclass(frozen=True)
@@ -72,23 +79,53 @@ def context_block(passages: Sequence[Hit]) -> str:
     return "Context:\n" + "\n".join(lines) + f"\n{CONTEXT_INSTRUCTION}\n"
 
 
-def raw_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = ()) -> Prompt:
-    shots = f"{INSTRUCTION}\n\n" + "".join(f"Question: {e.question}\nAnswer: {e.completion()}\n\n" for e in exemplars)
+@dataclass(frozen=True)
+class Style:
+    """How exemplars and the question are laid out: the chain of thought every method uses, or SUGAR's
+    one-shot direct answer (`Q: ... A: ...`, the paper's "one task demonstration")."""
+
+    instruction: str
+    question: str  # the label before a question
+    answer: str  # the label before an answer (raw prompts)
+    direct: bool  # the exemplar's short answer, not its reasoning; one shot only
+
+    def completion(self, e: Exemplar) -> str:
+        return e.answer if self.direct else e.completion()
+
+    def shots(self, exemplars: Sequence[Exemplar]) -> Sequence[Exemplar]:
+        return exemplars[:1] if self.direct else exemplars
+
+
+COT = Style(INSTRUCTION, "Question:", "Answer:", direct=False)
+QA_ONESHOT = Style(QA_INSTRUCTION, "Q:", "A:", direct=True)
+
+
+def raw_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = (),
+               style: Style = COT) -> Prompt:
+    shots = f"{style.instruction}\n\n" + "".join(
+        f"{style.question} {e.question}\n{style.answer} {style.completion(e)}\n\n" for e in style.shots(exemplars))
     context = context_block(passages) if passages else ""
-    return Prompt(text=f"{shots}{context}Question: {question}\nAnswer:", shared=len(shots))
+    return Prompt(text=f"{shots}{context}{style.question} {question}\n{style.answer}", shared=len(shots))
 
 
-def chat_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = ()) -> Prompt:
-    messages = [{"role": "system", "content": INSTRUCTION}]
-    for e in exemplars:
-        messages.append({"role": "user", "content": f"Question: {e.question}"})
-        messages.append({"role": "assistant", "content": e.completion()})
+def chat_prompt(exemplars: Sequence[Exemplar], question: str, passages: Sequence[Hit] = (),
+                style: Style = COT) -> Prompt:
+    messages = [{"role": "system", "content": style.instruction}]
+    for e in style.shots(exemplars):
+        messages.append({"role": "user", "content": f"{style.question} {e.question}"})
+        messages.append({"role": "assistant", "content": style.completion(e)})
     shared = len(messages)
     context = context_block(passages) if passages else ""
-    messages.append({"role": "user", "content": f"{context}Question: {question}"})
+    messages.append({"role": "user", "content": f"{context}{style.question} {question}"})
     return Prompt.chat(messages, shared=shared)
 
 
 def build_prompt(prompt_format: str, exemplars: Sequence[Exemplar], question: str,
-                 passages: Sequence[Hit] = ()) -> Prompt:
-    return (chat_prompt if prompt_format == "chat" else raw_prompt)(exemplars, question, passages)
+                 passages: Sequence[Hit] = (), style: Style = COT) -> Prompt:
+    return (chat_prompt if prompt_format == "chat" else raw_prompt)(exemplars, question, passages, style)
+
+
+def build_qa_prompt(prompt_format: str, exemplars: Sequence[Exemplar], question: str,
+                    passages: Sequence[Hit] = ()) -> Prompt:
+    """SUGAR's one-shot direct-answer prompt; stops at `QA_STOP_STRINGS`, and the completion is the answer."""
+    return build_prompt(prompt_format, exemplars, question, passages, QA_ONESHOT)

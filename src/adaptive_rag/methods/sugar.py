@@ -1,0 +1,332 @@
+"""SUGAR (semantic-uncertainty-guided adaptive retrieval): a router that decides, per question, whether to
+answer from the model's own knowledge, retrieve once, or retrieve before every step, by how much the
+meanings of the model's sampled answers disagree.
+
+Per batch:
+1. every question's no-retrieval prompt (`prompt_style: qa-oneshot`, the paper's one `Q: ... A: ...`
+   demonstration; or `cot`, the project's chain of thought, clustering the extracted answer phrases)
+   is sampled `samples` times in ONE seeded `sample_batch` call;
+2. each question's answers are clustered by bidirectional entailment (`judge`) and the semantic
+   entropy SE (`estimator`) and the predictive entropy PE of the same samples are computed;
+3. the `signal` (SE, or PE for Table III's ablation) routes it: value <= t1 -> `none` (the greedy
+   answer of the same prompt), t1 < value <= t2 -> `single` (retrieve once with the question),
+   value > t2 -> `multi` (IRCoT: `fs-rag` with accumulated passages and the CoT prompt). A value on a
+   threshold goes to the cheaper branch;
+4. each branch answers only its questions, in one batched call (IRCoT: one per step), and the answers
+   are merged back in question order, charged with the sampling and judging they cost.
+
+Where the paper is silent (the spec's §1.4): the thresholds default to the two numbers it prints
+(0.4 and 0.9, Table III's per-dataset SE averages), because it never gives t2; the no-retrieval answer
+is the greedy one; the sampling call counts in Gc and its tokens in Tc, as SE is what makes SUGAR slow.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..errors import ConfigError
+from ..evaluation.answer import direct_answer, extract_answer
+from ..lm.base import SAMPLING, SCORING, SampleSet, SamplingParams
+from ..prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
+from ..settings import Section, show
+from .base import Answer, Method, count_sentences, step_record
+from .fs_rag import FixedSentenceRetrieval
+from .parts.entailment import load_judge, parse_judge
+from .parts.semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_entropy, sequence_loglik
+from .registry import register
+
+SIGNALS = ("se", "pe")
+BRANCHES = ("none", "single", "multi")
+PAPER_THRESHOLDS = [0.4, 0.9]
+CALIBRATED = ("mean", "calibrated")
+
+
+@dataclass
+class Assessment:
+    """One question's sampled answers and what SUGAR measured on them."""
+
+    samples: list[str]  # the sampled completions as generated
+    answers: list[str]  # what was clustered (the completion, or the CoT's answer phrase)
+    loglik: list[float]  # length-normalised log-likelihood of each sample
+    clusters: list[int]
+    se: float
+    pe: float
+    judge_calls: int
+    seconds: float  # clustering and both entropies
+
+
+@register("sugar")
+class Sugar(Method):
+    when = ("the `signal` of `samples` sampled no-retrieval answers (se: entropy over meaning classes by "
+            "`judge`; pe: over strings): <= t1 never, <= t2 once, above t2 before every sentence (IRCoT)")
+    what = "the question (once); IRCoT: the question, then each new sentence, passages accumulated"
+    needs_retriever = True
+
+    @classmethod
+    def read_settings(cls, section: Section) -> dict[str, Any]:
+        style = section.str("prompt_style", "qa-oneshot", PROMPT_STYLES)
+        return {
+            "signal": section.str("signal", "se", SIGNALS),
+            "estimator": section.str("estimator", "rao", ESTIMATORS),
+            "thresholds": _read_thresholds(section),
+            "samples": section.int("samples", 10, minimum=2),
+            "temperature": _read_temperature(section),
+            "top_k": section.int("top_k", None, minimum=1, allow_none=True),
+            "top_p": _read_top_p(section),
+            # a chain of thought needs the run's whole budget to reach its answer phrase
+            "max_sample_tokens": section.int("max_sample_tokens", 32 if style == "qa-oneshot" else None,
+                                             minimum=1, allow_none=True),
+            "seed": section.int("seed", 42),
+            "judge": _read_judge(section),
+            "strict": section.bool("strict", True),
+            "condition_on_question": section.bool("condition_on_question", False),
+            "prompt_style": style,
+            "single": _read_branch(section, "single", {"top_k": 3}),
+            "multi": _read_branch(section, "multi", {"top_k": 3, "max_steps": 8, "max_passages": 15}),
+            "retriever": cls.read_retriever(section),
+        }
+
+    @classmethod
+    def needs_for(cls, settings) -> set[str]:
+        """Samples and their log-probabilities only (an API gives both); the `lm` judge also scores."""
+        return {SAMPLING, SCORING} if parse_judge(settings["judge"])[0] == "lm" else {SAMPLING}
+
+    def __init__(self, settings, context):
+        super().__init__(settings, context)
+        self.sampling = SamplingParams(n=settings["samples"], seed=settings["seed"],
+                                       temperature=settings["temperature"], top_k=settings["top_k"],
+                                       top_p=settings["top_p"])
+        t1, t2 = settings["thresholds"]
+        self.t1, self.t2 = t1, math.inf if t2 is None else t2
+        self.ircot = FixedSentenceRetrieval(ircot_settings(settings), context)
+        self._judge = None
+
+    # ---- the prompt style ---------------------------------------------------------------------
+
+    @property
+    def direct(self) -> bool:
+        return self.settings["prompt_style"] == "qa-oneshot"
+
+    def prompt(self, question: str, passages: Sequence = ()):
+        build = build_qa_prompt if self.direct else build_prompt
+        return build(self.ctx.prompt_format, self.ctx.exemplars, question, passages)
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return QA_STOP_STRINGS if self.direct else STOP_STRINGS
+
+    @property
+    def sample_tokens(self) -> int:
+        return self.settings["max_sample_tokens"] or self.ctx.max_new_tokens
+
+    def answer_phrase(self, text: str) -> str:
+        """What a sample says, as the runner would score it: the completion, or the CoT's answer phrase."""
+        return (direct_answer if self.direct else extract_answer)(text)[0]
+
+    # ---- uncertainty ----------------------------------------------------------------------------
+
+    @property
+    def judge(self):
+        """Loaded on first use: a resumed run with nothing left builds the method without a model."""
+        if self._judge is None:
+            self._judge = load_judge(self.settings["judge"], lm=self.ctx.lm, chat=self.ctx.prompt_format == "chat",
+                                     device=str(getattr(self.ctx.lm, "device", "cpu")),
+                                     cache=getattr(self.ctx.lm, "cache", None))
+        return self._judge
+
+    def implication(self, question: str):
+        """The judge as `cluster` asks it; `condition_on_question` puts the question before both answers
+        (Farquhar et al.'s NLI input), so a bare "1990" is judged as an answer to this question."""
+        judge = self.judge
+        if self.settings["condition_on_question"]:
+            return lambda a, b: judge.implication(question, f"{question} {a}", f"{question} {b}")
+        return lambda a, b: judge.implication(question, a, b)
+
+    def sample(self, questions: Sequence[str]) -> tuple[list[SampleSet], float]:
+        """Every question's samples in one batched call; each question's share of its time."""
+        start = time.perf_counter()
+        sets = self.ctx.lm.sample_batch([self.prompt(q) for q in questions], self.sampling, self.sample_tokens,
+                                        self.stop)
+        if len(sets) != len(questions):
+            raise RuntimeError(f"sample_batch answered {len(sets)} of {len(questions)} prompts")
+        return sets, (time.perf_counter() - start) / max(1, len(questions))
+
+    def assess(self, question: str, sample_set: SampleSet) -> Assessment:
+        start = time.perf_counter()
+        samples = sample_set.samples
+        answers = [self.answer_phrase(c.text) for c in samples]
+        loglik = [sequence_loglik(c.logprobs) for c in samples]
+        ids, calls = cluster(answers, self.implication(question), self.settings["strict"])
+        se = semantic_entropy(ids, loglik, self.settings["estimator"])
+        pe = predictive_entropy([c.logprobs for c in samples])
+        return Assessment([c.text for c in samples], answers, loglik, ids, se, pe, calls,
+                          time.perf_counter() - start)
+
+    # ---- the branches -------------------------------------------------------------------------
+
+    def answer_bare(self, examples) -> list[Answer]:
+        """`none`: the greedy answer of the prompt the samples came from."""
+        questions = [e.question for e in examples]
+        if self.direct:
+            return self.answer_directly(questions, [()] * len(questions))
+        return self.generate_answers(questions, [()] * len(questions))
+
+    def answer_once(self, examples) -> list[Answer]:
+        """`single`: retrieve once with the question, answer once in the same prompt style."""
+        start = time.perf_counter()
+        hits = [self.search(e.question, self.settings["single"]["top_k"]) for e in examples]
+        share = (time.perf_counter() - start) / max(1, len(examples))
+        questions = [e.question for e in examples]
+        if self.direct:
+            answers = self.answer_directly(questions, hits, retrievals=1)
+        else:
+            answers = self.generate_answers(questions, hits, retrievals=1)
+        for answer in answers:
+            answer.wall_time_s += share
+        return answers
+
+    def answer_ircot(self, examples) -> list[Answer]:
+        """`multi`: IRCoT, i.e. `fs-rag` with `accumulate: true` (its CoT prompt and answer fallback)."""
+        return self.ircot.answer_batch(examples)
+
+    def answer_directly(self, questions: Sequence[str], passages: Sequence[Sequence],
+                        retrievals: int = 0) -> list[Answer]:
+        """One greedy call in the direct-answer style; no fallback, the completion is the answer."""
+        start = time.perf_counter()
+        prompts = [self.prompt(q, p) for q, p in zip(questions, passages)]
+        continuations = self.ctx.lm.generate(prompts, self.sample_tokens, self.stop)
+        share = (time.perf_counter() - start) / max(1, len(questions))
+        return [Answer(output=c.text.strip(), prompt=prompt.readable(),
+                       passages=[{"id": h.id, "title": h.title, "score": h.score} for h in hits],
+                       retrievals=retrievals, llm_calls=1, prompt_tokens=c.prompt_tokens or 0,
+                       generated_tokens=len(c.tokens), sentences=count_sentences(c.text), wall_time_s=share,
+                       steps=[step_record("generate", c)], direct=True)
+                for prompt, c, hits in zip(prompts, continuations, passages)]
+
+    # ---- the method ---------------------------------------------------------------------------
+
+    def answer_batch(self, examples) -> list[Answer]:
+        questions = [e.question for e in examples]
+        sets, share = self.sample(questions)
+        assessed = [self.assess(q, s) for q, s in zip(questions, sets)]
+        values = [a.se if self.settings["signal"] == "se" else a.pe for a in assessed]
+        branches = [route(v, self.t1, self.t2) for v in values]
+        answers: list[Answer | None] = [None] * len(examples)
+        for branch, run in zip(BRANCHES, (self.answer_bare, self.answer_once, self.answer_ircot)):
+            rows = [i for i, b in enumerate(branches) if b == branch]
+            if rows:
+                for i, answer in zip(rows, run([examples[i] for i in rows])):
+                    answers[i] = answer
+        for answer, sample_set, a, value, branch in zip(answers, sets, assessed, values, branches):
+            self.charge(answer, sample_set, share + a.seconds, self.record(a, value, branch))
+        return answers
+
+    def charge(self, answer: Answer, sample_set: SampleSet, seconds: float, record: dict) -> None:
+        """The uncertainty estimate's cost on top of the branch's: one call (Gc), its M samples and their
+        tokens (Tc), the sampling share and the judging time; its record leads the trace."""
+        samples = sample_set.samples
+        answer.llm_calls += 1
+        answer.sampled_sequences += len(samples)
+        answer.generated_tokens += sum(len(c.tokens) for c in samples)
+        answer.prompt_tokens = max([answer.prompt_tokens, *(c.prompt_tokens or 0 for c in samples)])
+        answer.wall_time_s += seconds
+        answer.steps.insert(0, record)
+
+    def record(self, a: Assessment, value: float, branch: str) -> dict:
+        record = {"phase": "sugar", "prompt_style": self.settings["prompt_style"], "samples": a.samples}
+        if not self.direct:
+            record["answers"] = a.answers
+        return {**record, "loglik": [_rounded(x) for x in a.loglik], "clusters": a.clusters,
+                "estimator": self.settings["estimator"], "se": _rounded(a.se), "pe": _rounded(a.pe),
+                "judge": self.judge.name, "judge_calls": a.judge_calls, "signal": self.settings["signal"],
+                "value": _rounded(value), "thresholds": list(self.settings["thresholds"]), "branch": branch}
+
+
+# ---- pieces with no state (tested on their own) -------------------------------------------------
+
+
+def route(value: float, t1: float, t2: float) -> str:
+    """none up to t1, single up to t2, multi above: a value on a threshold takes the cheaper branch."""
+    if value <= t1:
+        return "none"
+    if value <= t2:
+        return "single"
+    return "multi"
+
+
+def ircot_settings(settings: dict) -> dict:
+    """The `multi` branch as an `fs-rag` configuration, read by fs-rag itself so its defaults hold."""
+    multi = settings["multi"]
+    data = {"top_k": multi["top_k"], "max_retrievals": multi["max_steps"], "accumulate": True,
+            "max_passages": multi["max_passages"], "retriever": settings["retriever"]}
+    section = Section(data, "methods.<sugar>.multi", "sugar")
+    out = FixedSentenceRetrieval.read_settings(section)
+    section.done()
+    return out
+
+
+def _rounded(x: float) -> float | None:
+    """A number as the trace stores it: null when infinite or undefined, so the trace stays JSON."""
+    return round(float(x), 6) + 0.0 if x is not None and math.isfinite(x) else None  # + 0.0: no "-0.0"
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _read_thresholds(section: Section) -> list:
+    """[t1, t2] with t1 <= t2; one number t is [t, inf] (the paper's single-hop ablation: no multi-step).
+    An infinite t2 is stored as null, so settings and traces stay plain JSON."""
+    value = section.raw("thresholds", list(PAPER_THRESHOLDS))
+    if isinstance(value, str) and value in CALIBRATED:
+        raise section.fail("thresholds", f"{value!r} is computed over a whole calibration split and comes with "
+                                         f"SUGAR's calibration rule, which is not built yet; give numbers: "
+                                         f"[t1, t2], or t for [t, .inf]")
+    pair = [value, None] if _number(value) else value
+    if (not isinstance(pair, list) or len(pair) != 2 or not _number(pair[0])
+            or not (pair[1] is None or _number(pair[1]))):
+        raise section.fail("thresholds", f"expected [t1, t2] (numbers; t2 may be .inf or null for no multi-step) "
+                                         f"or one number t for [t, .inf]; got {show(value)}")
+    t1 = float(pair[0])
+    t2 = None if pair[1] is None or pair[1] == math.inf else float(pair[1])
+    if not math.isfinite(t1) or (t2 is not None and not math.isfinite(t2)):
+        raise section.fail("thresholds", f"t1 must be finite and t2 finite or .inf; got {pair}")
+    if t2 is not None and t1 > t2:
+        raise section.fail("thresholds", f"expected t1 <= t2 (t1 ends no retrieval, t2 single-step); got {pair}")
+    return [t1, t2]
+
+
+def _read_temperature(section: Section) -> float:
+    value = section.float("temperature", 1.0)
+    if value <= 0:
+        raise section.fail("temperature", f"must be > 0 (the samples are drawn; the answer is greedy anyway); "
+                                          f"got {value}")
+    return value
+
+
+def _read_top_p(section: Section) -> float | None:
+    value = section.raw("top_p", None)
+    if value is None:
+        return None
+    if not _number(value) or not 0 < value <= 1:
+        raise section.fail("top_p", f"expected a number in (0, 1] or null (no nucleus filter); got {show(value)}")
+    return float(value)
+
+
+def _read_judge(section: Section) -> str:
+    spec = section.str("judge", "match")
+    try:
+        parse_judge(spec)
+    except ConfigError as exc:
+        raise section.fail("judge", str(exc)) from None
+    return spec
+
+
+def _read_branch(section: Section, name: str, defaults: dict[str, int]) -> dict[str, int]:
+    branch = section.section(name, {})
+    out = {key: branch.int(key, default, minimum=1) for key, default in defaults.items()}
+    branch.done()
+    return out
