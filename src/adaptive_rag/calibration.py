@@ -169,6 +169,24 @@ def sweep(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
     return rows
 
 
+def u_bins(u: list[float], right: list[bool], bins: int = 5) -> tuple[list[float], list[float], list[int], float]:
+    """Quantile bins of U (each question in exactly one: [lo, hi), the last closed): centre, share of
+    right answers and count per non-empty bin, and a bar width."""
+    import numpy as np
+
+    values = np.asarray(u, dtype=np.float64)
+    edges = np.quantile(values, np.linspace(0, 1, min(bins, len(values)) + 1))
+    index = np.clip(np.searchsorted(edges, values, side="right") - 1, 0, len(edges) - 2)
+    centres, shares, counts = [], [], []
+    for b in range(len(edges) - 1):
+        inside = [ok for ok, i in zip(right, index) if i == b]
+        if inside:
+            centres.append(float(edges[b] + edges[b + 1]) / 2)
+            shares.append(sum(inside) / len(inside))
+            counts.append(len(inside))
+    return centres, shares, counts, float(edges[-1] - edges[0]) / (len(centres) + 1) * 0.8
+
+
 def plot_sweep(rows: list[dict], k: int, layer: int, path: Path, method: str) -> None:
     """Figure 3 (b) AUROC vs k at the method's layer, (c) AUROC vs layer at its k, (d) right answers per U bin."""
     import matplotlib
@@ -197,16 +215,8 @@ def plot_sweep(rows: list[dict], k: int, layer: int, path: Path, method: str) ->
     axes[1].set(xlabel="layer (1-based)", title=f"(c) layer, at k = {k}")
     chosen = [r for r in rows if r["k"] == k and r["layer"] == layer and math.isfinite(r["u"])]
     if chosen:
-        values = np.array([r["u"] for r in chosen])
-        edges = np.quantile(values, np.linspace(0, 1, min(5, len(values)) + 1))
-        centres, shares, counts = [], [], []
-        for lo, hi in zip(edges[:-1], edges[1:]):
-            inside = [r for r in chosen if lo <= r["u"] <= hi]
-            if inside:
-                centres.append((lo + hi) / 2)
-                shares.append(sum(r["em"] > 0 for r in inside) / len(inside))
-                counts.append(len(inside))
-        axes[2].bar(centres, shares, width=(edges[-1] - edges[0]) / (len(centres) + 1) * 0.8)
+        centres, shares, counts, width = u_bins([r["u"] for r in chosen], [r["em"] > 0 for r in chosen])
+        axes[2].bar(centres, shares, width=width)
         for x, y, n in zip(centres, shares, counts):
             axes[2].annotate(f"n={n}", (x, y), ha="center", va="bottom", fontsize=8)
     axes[2].set(xlabel="U (first pseudo-step)", ylabel="answered right without retrieval (EM)",

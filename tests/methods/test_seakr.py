@@ -239,3 +239,17 @@ def test_calibrated_delta_is_read_and_its_questions_are_refused(tmp_path):
     path.write_text("{}")
     with pytest.raises(InputError, match="not a readable SeaKR calibration"):
         method()
+
+
+def test_u_bins_put_every_question_in_exactly_one_bin():
+    """Figure 3(d): quantile edges are data values, so closed bins on both sides would count the
+    questions on an edge twice (16 questions read as 20)."""
+    from adaptive_rag.calibration import u_bins
+
+    u = [0.89, 1.11, 1.36, 2.32, 2.48, 2.60, 2.77, 3.04, 3.36, 3.38, 3.47, 3.60, 3.61, 3.64, 3.65, 4.03]
+    right = [False, True, False, True] + [False] * 12
+    centres, shares, counts, width = u_bins(u, right)
+    assert sum(counts) == 16 and counts == [3, 3, 3, 3, 4]
+    assert shares == [1 / 3, 1 / 3, 0.0, 0.0, 0.0]
+    assert centres == sorted(centres) and width > 0
+    assert u_bins([2.0], [True])[:3] == ([2.0], [1.0], [1])
