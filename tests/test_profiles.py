@@ -1,4 +1,4 @@
-"""The params profiles (demo, shared, paper, scaar, seakr): each is valid and plans the DAG it promises."""
+"""The params profiles (demo, shared, paper, scaar, seakr, sugar): each is valid and plans the DAG it promises."""
 
 import hashlib
 import http.server
@@ -16,7 +16,7 @@ from adaptive_rag.prompts.fewshot import resolve_exemplars
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
-@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr"])
+@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar"])
 def test_profiles_are_valid(name):
     load_params(REPO / "params" / f"{name}.yaml")
 
@@ -33,7 +33,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     run([*cli, "profile", "paper"], tmp_path)
     assert (tmp_path / "params.yaml").read_text() == (REPO / "params" / "paper.yaml").read_text()
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
-    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, seakr, shared" in result.stderr
+    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, seakr, shared, sugar" in result.stderr
 
 
 @pytest.mark.slow  # a Snakemake dry run
@@ -115,6 +115,55 @@ def test_seakr_profile_plans_tables_calibration_and_sweep(tmp_path):
     # wo-RAG baselines, Tables 1-2 as ablations: 108 runs; the sweep on nq-calib
     assert jobs["split"] == 13 and jobs["calibrate"] == 12 and jobs["generate"] == 108
     assert jobs["uncertainty_sweep"] == 1 and jobs["ablation"] == 10
+
+
+SUGAR_SINGLE, SUGAR_MULTI = ["squad", "nq", "triviaqa"], ["hotpotqa", "2wikimultihopqa"]
+
+
+def test_sugar_profile_has_the_papers_settings():
+    """SUGAR §III: Llama-2-chat 7B, Contriever-MS MARCO, one-shot Q/A, 10 samples at a high temperature,
+    NLI entailment; thresholds calibrated per dataset on splits disjoint from the evaluation; Tables I-III
+    and Figure 2 as targets; the call cache off so Time compares."""
+    p = load_params(REPO / "params" / "sugar.yaml")
+    assert (p.model.source, p.model.backend, p.model.prompt_format) == ("meta-llama/Llama-2-7b-chat-hf", "hf", "raw")
+    assert (p.retrieval.type, p.retrieval.dense.encoder) == ("dense", "facebook/contriever-msmarco")
+    assert p.generation.cache is None
+    sugar = p.method("sugar").settings
+    assert {k: sugar[k] for k in ("samples", "temperature", "top_k", "top_p", "judge", "strict", "prompt_style",
+                                  "thresholds", "signal", "estimator")} == {
+        "samples": 10, "temperature": 1.0, "top_k": None, "top_p": None, "judge": "nli:microsoft/deberta-large-mnli",
+        "strict": True, "prompt_style": "qa-oneshot", "thresholds": "calibrated", "signal": "se", "estimator": "rao"}
+    assert sugar["multi"] == {"top_k": 3, "max_steps": 8, "max_passages": 15}
+    ircot = p.method("ircot").settings
+    assert (ircot["accumulate"], ircot["max_retrievals"], ircot["max_passages"]) == (True, 8, 15)
+    for name in SUGAR_SINGLE + SUGAR_MULTI:
+        ds, calib = p.dataset(name), p.dataset(f"{name}-calib")
+        assert (calib.path, calib.sample.mode, calib.sample.seed) == (ds.path, ds.sample.mode, ds.sample.seed)
+        assert calib.sample.skip == ds.sample.size == 500  # no evaluated question is calibrated on
+        assert p.method("sugar").settings_for(name)["calibration_dataset"] == "{dataset}-calib"
+    ablations = p.ablations
+    assert ablations["sugar-table1"].datasets == SUGAR_SINGLE and ablations["sugar-table2"].datasets == SUGAR_MULTI
+    assert ablations["sugar-table1"].time_baseline == "sugar-table1--sr-rag"
+    assert ablations["sugar-signal"].datasets == ["triviaqa", "squad"]
+    signal = {v.base: p.method(v.method).settings for v in ablations["sugar-signal"].variants
+              if v.base.startswith("sugar")}
+    assert {n: (s["signal"], s["thresholds"], s["threshold_signal"]) for n, s in signal.items()} == {
+        "sugar-pe-mean": ("pe", "mean", "pe"), "sugar-pe-se": ("pe", "mean", "se"), "sugar-mean": ("se", "mean", "se")}
+    assert (ablations["sugar-entropy"].plot, ablations["sugar-entropy"].datasets) == (
+        "sugar-entropy", SUGAR_SINGLE + SUGAR_MULTI)
+
+
+@pytest.mark.slow  # Snakemake dry runs
+def test_sugar_profile_plans_calibrations_tables_and_figure(tmp_path):
+    copy_workflow(tmp_path)
+    shutil.copy(REPO / "params" / "sugar.yaml", tmp_path / "params.yaml")
+    out = snakemake(tmp_path, "-n", "--quiet", "rules", "--", "ablations").stdout
+    jobs = {parts[0]: int(parts[1]) for parts in map(str.split, out.splitlines())
+            if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job")}
+    # 10 splits (5 evaluated, 5 calibration); one calibration per SUGAR configuration and dataset (Tables I
+    # 3, II 2, III 3 x 2, Figure 2's runs 5); 35 runs; three tables and the figure
+    assert jobs["split"] == 10 and jobs["calibrate"] == 16 and jobs["generate"] == 35
+    assert jobs["dense_index"] == 1 and jobs["ablation"] == 3 and jobs["sugar_entropy_levels"] == 1
 
 
 @pytest.mark.slow  # a Snakemake dry run

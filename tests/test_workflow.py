@@ -47,8 +47,8 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
                   "--out-dir", "o"], tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == (
         "error: unknown method 'flair'; params.yaml defines: wo-rag, sr-rag, fl-rag, fs-rag, ircot, flare, dragin, "
-        "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple "
-        "(and 79 ablation variants, `<ablation>--<values>`)")
+        "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple, sugar, "
+        "sugar-mean, sugar-pe-mean, sugar-pe-se (and 92 ablation variants, `<ablation>--<values>`)")
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path / "data", check=False)
     assert result.returncode == 2 and "params file not found: params.yaml" in result.stderr
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
@@ -209,3 +209,56 @@ def test_seakr_calibrates_on_its_own_split_and_its_ablation_variants_share_the_c
     assert sweep[0] == "id,k,layer,u,em,f1" and len(sweep) == 1 + 2 * 3 * 2  # 2 questions, k 2..4, 2 layers
     assert (tmp_path / "reports/ablations/seakr-sweep.png").stat().st_size > 0
     assert (tmp_path / "reports/ablations/seakr-reasoning.md").is_file()
+
+
+def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_two(tiny_llama_dir, tmp_path):
+    """SUGAR end to end on the tiny Llama (`judge: match`, call cache off): `thresholds: calibrated | mean`
+    plan one calibration on demo-calib per configuration before its run; Table III's table has Time
+    relative to its own single-step row (exactly 1 there), and Figure 2 is drawn from the runs' traces."""
+    import json
+
+    copy_workflow(tmp_path)
+
+    def edit(data):
+        tiny_params(tiny_llama_dir)(data)  # the call cache off: wall times compare
+        data["datasets"]["demo-small"]["sample"]["size"] = 2
+        data["datasets"]["demo-calib"]["sample"].update(size=2, skip=2)
+        for name in ("sugar", "sugar-mean", "sugar-pe-mean", "sugar-pe-se"):
+            data["methods"][name].update(samples=3, max_sample_tokens=4, multi={"max_steps": 2})
+        data["ablations"] = {name: data["ablations"][name] for name in ("sugar-signal", "sugar-entropy")}
+    edit_params(tmp_path, edit)
+    snakemake(tmp_path, "ablation_sugar_signal", "ablation_sugar_entropy")
+
+    demo_small = {r["id"] for r in read_jsonl(tmp_path / "data/splits/demo-small.jsonl")}
+    calibrations = {name: json.loads((tmp_path / f"data/calibration/demo-calib/{name}.json").read_text())
+                    for name in ("sugar", "sugar-signal--sugar-mean", "sugar-signal--sugar-pe-mean",
+                                 "sugar-signal--sugar-pe-se")}
+    for calibration in calibrations.values():
+        assert len(calibration["ids"]) == 2 and not set(calibration["ids"]) & demo_small
+        for row in calibration["per_question"]:
+            assert (row["none"]["retrievals"], row["single"]["retrievals"]) == (0, 1)
+            assert 1 <= row["multi"]["retrievals"] <= 2 and {"em", "f1", "acc"} <= set(row["multi"])
+        for signal in ("se", "pe"):
+            assert set(calibration["thresholds"][signal]) == {"calibrated", "mean"}
+            assert calibration["thresholds"][signal]["mean"][1] is None
+        ses = [row["se"] for row in calibration["per_question"]]
+        assert calibration["mean_se"] == pytest.approx(sum(ses) / 2)
+    # one sampling, the same numbers: a configuration's signal and rule do not change its calibration
+    assert calibrations["sugar"]["per_question"] == calibrations["sugar-signal--sugar-pe-se"]["per_question"]
+
+    pe_at_se = calibrations["sugar-signal--sugar-pe-se"]
+    for trace in read_jsonl(tmp_path / "data/runs/demo-small/sugar-signal--sugar-pe-se/trace.jsonl"):
+        step = trace["steps"][0]
+        assert (step["phase"], step["signal"], step["threshold_rule"], step["threshold_signal"]) == (
+            "sugar", "pe", "mean", "se")
+        assert step["thresholds"] == [pe_at_se["mean_se"], None] and step["branch"] in ("none", "single")
+
+    table = (tmp_path / "reports/ablations/sugar-signal.csv").read_text().splitlines()
+    header = table[0].split(",")
+    assert "time_rel" in header and len(table) == 1 + 5
+    time_rel = {row.split(",")[1]: row.split(",")[header.index("time_rel")] for row in table[1:]}
+    assert time_rel["sr-rag"] == "1.0000" and all(time_rel.values())  # every run made all of its calls
+    figure = (tmp_path / "reports/ablations/sugar-entropy.csv").read_text().splitlines()
+    assert figure[0].startswith("dataset,method,id,se,pe") and len(figure) == 1 + 2
+    assert (tmp_path / "reports/ablations/sugar-entropy.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| demo-small" in (tmp_path / "reports/ablations/sugar-entropy.md").read_text()

@@ -16,6 +16,10 @@ markdown, LaTeX and CSV, and a figure chosen by `plot`.
         x: theta                           # lines: the varied key on the x axis (hue: the others)
 
 `vary` may include `method` (a list of base configurations) to compare methods under the same sweep.
+
+`time_baseline` adds `time_rel` (SUGAR's Time: mean wall time per question relative to a single-step
+run on the same questions). It defaults to `sr-rag` when one variant runs that configuration (the
+variant is then the baseline, so its own `time_rel` is 1); `time_baseline: null` turns it off.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from typing import Any
 from .errors import ConfigError
 from .settings import check_name
 
-PLOTS = ("grid", "lines", "table", "significance", "uncertainty-sweep")
-SPECIAL = ("significance", "uncertainty-sweep")  # kinds with their own rule, not variants of a method
+PLOTS = ("grid", "lines", "table", "significance", "uncertainty-sweep", "sugar-entropy")
+SPECIAL = ("significance", "uncertainty-sweep", "sugar-entropy")  # kinds with their own rule, not variants
 SEPARATOR = "--"
+TIME_BASELINE = "sr-rag"  # SUGAR's Time is relative to single-step retrieval
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,15 @@ class Ablation:
     question: str | None = None  # `significance`: the question whose first look-ahead sentence is shown
     similarity: str | None = None  # `significance`: SCW's encoder
     k_max: int | None = None  # `uncertainty-sweep`: samples per question (SeaKR Figure 3)
-    base: str | None = None  # `uncertainty-sweep`: the method configuration swept
+    base: str | None = None  # `uncertainty-sweep`: the configuration swept; `sugar-entropy`: whose runs are drawn
+    time_baseline: str | None = None  # the run `time_rel` divides by (a variant's, or a configuration's own)
+
+    @property
+    def runs(self) -> list[str]:
+        """The method configurations whose runs (on every dataset of the ablation) it reads."""
+        drawn = [self.base] if self.plot == "sugar-entropy" else []
+        extra = [n for n in (self.baseline, self.time_baseline) if n and n not in drawn]
+        return list(dict.fromkeys([v.method for v in self.variants] + drawn + extra))
 
 
 def _slug(value: Any) -> str:
@@ -76,6 +89,9 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
             continue
         if s.data.get("plot") == "uncertainty-sweep":
             ablations[name] = _uncertainty_sweep(name, s, names, methods_section_data, validate)
+            continue
+        if s.data.get("plot") == "sugar-entropy":
+            ablations[name] = _sugar_entropy(name, s, names, methods_section_data, validate)
             continue
         vary = s.section("vary")
         axes: dict[str, list] = {}
@@ -119,9 +135,23 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
             path = f"ablations.{name}.vary ({', '.join(f'{k}={v}' for k, v in values.items())})"
             generated[method_name] = validate(method_name, method_type, data, path)
             variants.append(Variant(method_name, base, values))
+        time_baseline = _time_baseline(s, variants, methods_section_data)
         s.done()
-        ablations[name] = Ablation(name, names, variants, axes, plot, x, baseline)
+        ablations[name] = Ablation(name, names, variants, axes, plot, x, baseline, time_baseline=time_baseline)
     return ablations, generated
+
+
+def _time_baseline(s, variants: list[Variant], methods_section_data: dict) -> str | None:
+    """The run `time_rel` divides by: the one variant made from the baseline configuration (so both sit in
+    the same table, and the baseline's own row reads 1), else that configuration's own run."""
+    explicit = "time_baseline" in s.data
+    name = s.raw("time_baseline", TIME_BASELINE)
+    if explicit and name is not None and (not isinstance(name, str) or name not in methods_section_data):
+        raise s.fail("time_baseline", f"names {name!r}, which is not under methods:")
+    made = [v.method for v in variants if v.base == name]
+    if len(made) == 1:
+        return made[0]
+    return name if explicit else None
 
 
 def _significance(name, s, names, methods_section_data, validate) -> Ablation:
@@ -132,11 +162,7 @@ def _significance(name, s, names, methods_section_data, validate) -> Ablation:
     question = s.raw("question", None)  # None: the split's first question
     if question is not None and (not isinstance(question, str) or not question):
         raise s.fail("question", f"expected a question id, got {question!r}")
-    base = s.str("method", "scaar")
-    if base not in methods_section_data:
-        raise s.fail("method", f"names {base!r}, which is not under methods:")
-    raw = {k: v for k, v in (methods_section_data[base] or {}).items() if k != "per_dataset"}
-    settings = validate(base, raw.pop("type", base), raw, f"methods.{base}").settings
+    base, _, settings = _base(s, "scaar", methods_section_data, validate)
     if "similarity" not in settings:
         raise s.fail("method", f"{base!r} has no `similarity` encoder (use a scaar or weighted-threshold method)")
     s.done()
@@ -148,17 +174,33 @@ def _uncertainty_sweep(name, s, names, methods_section_data, validate) -> Ablati
     if len(names) != 1:
         raise s.fail("datasets", "an uncertainty sweep runs on one (calibration) dataset")
     s.str("plot")
-    base = s.str("method", "seakr")
-    if base not in methods_section_data:
-        raise s.fail("method", f"names {base!r}, which is not under methods:")
-    raw = {k: v for k, v in (methods_section_data[base] or {}).items() if k != "per_dataset"}
-    method_type = raw.pop("type", base)
-    settings = validate(base, method_type, raw, f"methods.{base}").settings
+    base, _, settings = _base(s, "seakr", methods_section_data, validate)
     if settings.get("estimator") != "eigenscore":
         raise s.fail("method", f"{base!r} does not use SeaKR's EigenScore (type seakr, estimator: eigenscore)")
     k_max = s.int("k_max", 20, minimum=2)
     s.done()
     return Ablation(name, names, [], {}, "uncertainty-sweep", None, None, k_max=k_max, base=base)
+
+
+def _sugar_entropy(name, s, names, methods_section_data, validate) -> Ablation:
+    """`plot: sugar-entropy` (SUGAR Figure 2): per-question SE and PE of a SUGAR configuration's runs on
+    each dataset, with its thresholds; the runs are ordinary generate jobs, read from their traces."""
+    s.str("plot")
+    base, method_type, _ = _base(s, "sugar", methods_section_data, validate)
+    if method_type != "sugar":
+        raise s.fail("method", f"{base!r} is a {method_type!r} configuration; the entropy levels are SUGAR's")
+    s.done()
+    return Ablation(name, names, [], {}, "sugar-entropy", None, None, base=base)
+
+
+def _base(s, default: str, methods_section_data: dict, validate) -> tuple[str, str, dict]:
+    """A special kind's `method:`: its name, type and validated settings (without per_dataset presets)."""
+    base = s.str("method", default)
+    if base not in methods_section_data:
+        raise s.fail("method", f"names {base!r}, which is not under methods:")
+    raw = {k: v for k, v in (methods_section_data[base] or {}).items() if k != "per_dataset"}
+    method_type = raw.pop("type", base)
+    return base, method_type, validate(base, method_type, raw, f"methods.{base}").settings
 
 
 def check_no_clash(generated: dict, methods: dict) -> None:

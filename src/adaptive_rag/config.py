@@ -178,6 +178,10 @@ class Params:
             raise ConfigError(f"unknown dataset {name!r}; params.yaml defines: {', '.join(self.datasets)}")
         return self.datasets[name]
 
+    def index_dir(self, kind: str) -> str:
+        """Where the workflow builds the `kind` (bm25 | dense) index of the corpus."""
+        return f"data/index/{self.corpus.name}/{kind}"
+
     def retriever_kind(self, dataset: str, method: str) -> str:
         """The index a run searches: the method's own `retriever:` setting, else `retrieval.type`."""
         return self.method(method).settings_for(dataset).get("retriever") or self.retrieval.type
@@ -331,10 +335,35 @@ def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str
     check_no_clash(generated, methods)
     methods.update(generated)
     for ablation in ablations.values():
-        if ablation.baseline is not None and ablation.baseline not in methods:
-            raise ConfigError(f"{s.source}: ablations.{ablation.name}.baseline: unknown method {ablation.baseline!r}")
+        for key in ("baseline", "time_baseline"):
+            if getattr(ablation, key) is not None and getattr(ablation, key) not in methods:
+                raise ConfigError(f"{s.source}: ablations.{ablation.name}.{key}: unknown method "
+                                  f"{getattr(ablation, key)!r}")
     s.done()
     return ablations
+
+
+def planned_runs(experiment: tuple[list, list], ablations: dict) -> set[tuple[str, str]]:
+    """Every (dataset, method configuration) the workflow may run: the experiment's and the ablations'."""
+    datasets, methods = experiment
+    runs = {(d, m) for d in datasets for m in methods}
+    for ablation in ablations.values():
+        runs |= {(d, m) for d in ablation.datasets for m in ablation.runs}
+    return runs
+
+
+def _check_calibrations(methods: dict[str, MethodConfig], datasets: dict, runs: set, source: str) -> None:
+    """A calibrated threshold's split exists and is not the evaluated one, checked for every planned run
+    (`{dataset}` in `calibration_dataset` resolves per run) before any work starts."""
+    for dataset, name in sorted(runs):
+        cfg = methods[name]
+        try:
+            calibration = method_class(cfg.type).calibration_dataset(cfg.settings_for(dataset), dataset)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: methods.{name}: {exc}") from None
+        if calibration is not None and calibration not in datasets:
+            raise ConfigError(f"{source}: methods.{name}.calibration_dataset: on {dataset} it names "
+                              f"{calibration!r}, which is not under datasets: ({', '.join(datasets)})")
 
 
 def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], source: str) -> None:
@@ -395,6 +424,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         if name not in methods:
             raise experiment.fail("methods", f"names {name!r}, which is not under methods: ({', '.join(methods)})")
     experiment.done()
+    _check_calibrations(methods, datasets, planned_runs((exp_datasets, exp_methods), ablations), source)
     params = Params(
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,

@@ -27,7 +27,7 @@ from . import provenance
 from .config import Params, as_dict
 from .data.datasets import Example
 from .errors import InputError
-from .evaluation.answer import direct_answer, extract_answer
+from .evaluation.answer import predicted
 from .io import read_jsonl, write_json, write_jsonl
 from .lm.factory import build_model
 from .methods.registry import method_class
@@ -149,7 +149,7 @@ def _model_identity(params: Params, model_dir: Path | None) -> dict | None:
 
 
 def _record(example: Example, answer) -> dict:
-    prediction, found = (direct_answer if answer.direct else extract_answer)(answer.output)
+    prediction, found = predicted(answer.output, answer.direct)
     counters = answer.counters()
     record = {
         "prediction": {

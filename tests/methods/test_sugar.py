@@ -12,7 +12,7 @@ import yaml
 
 from adaptive_rag.config import parse_params
 from adaptive_rag.data.datasets import Example
-from adaptive_rag.errors import ConfigError
+from adaptive_rag.errors import ConfigError, InputError
 from adaptive_rag.lm.base import BLACK_BOX, NO_EXTRAS, WHITE_BOX, Continuation, SampleSet
 from adaptive_rag.methods.base import Answer, Context, Method
 from adaptive_rag.methods.sugar import BRANCHES, Sugar, route
@@ -339,8 +339,11 @@ def test_thresholds_are_read_as_a_pair(value, expected):
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"thresholds": "mean"}, r"methods\.sugar\.thresholds: 'mean' is computed over a whole calibration split"),
-    ({"thresholds": "calibrated"}, r"methods\.sugar\.thresholds: 'calibrated' .* calibration rule"),
+    ({"thresholds": "mean"}, r"methods\.sugar\.calibration_dataset: missing required key"),
+    ({"thresholds": "median"}, r"methods\.sugar\.thresholds: expected \[t1, t2\] .* or mean or calibrated"),
+    ({"thresholds": "calibrated", "calibration_dataset": "c", "threshold_signal": "u"},
+     r"methods\.sugar\.threshold_signal: must be one of se, pe"),
+    ({"calibration_dataset": "c"}, r"methods\.sugar\.calibration_dataset: unknown key"),
     ({"thresholds": [0.9, 0.4]}, r"methods\.sugar\.thresholds: expected t1 <= t2"),
     ({"thresholds": [0.4]}, r"methods\.sugar\.thresholds: expected \[t1, t2\]"),
     ({"thresholds": [0.4, "high"]}, r"methods\.sugar\.thresholds: expected \[t1, t2\]"),
@@ -392,7 +395,7 @@ def test_check_params_accepts_sugar_with_the_lm_judge_on_an_api_model():
     params = parse_params(data)
     assert params.method("sugar-lm").settings["judge"] == "lm"
     data["methods"]["sugar-bad"] = {"type": "sugar", "thresholds": "mean"}
-    with pytest.raises(ConfigError, match="methods.sugar-bad.thresholds: 'mean'"):
+    with pytest.raises(ConfigError, match="methods.sugar-bad.calibration_dataset: missing required key"):
         parse_params(data)
 
 
@@ -501,3 +504,128 @@ def test_sugar_runs_end_to_end_on_the_tiny_model_and_repeats_itself(tiny_model_d
     never = run({"thresholds": [100.0, 100.0]})
     assert [(a.steps[0]["branch"], a.retrievals, a.llm_calls, a.direct) for a in never] == [("none", 0, 2, True)] * 2
     assert [a.output for a in never] == [a.steps[1]["text"].strip() for a in never]
+
+
+# ---- thresholds from a calibration split (spec §1.5) ----------------------------------------------
+
+class BranchLM(SamplingLM):
+    """Greedy answers keyed by (question, prompt style, passages shown, prefix): the calibration asks
+    every branch about every question, and the single branch and IRCoT both show passages."""
+
+    def generate(self, prompts, max_new_tokens, stop=(), extras=NO_EXTRAS):
+        keys = [(self.question_of(p), "qa" if "\nQ: " in p.text else "cot", "Context:" in p.text, p.prefix)
+                for p in prompts]
+        self.generate_calls.append([{"key": key} for key in keys])
+        missing = [key for key in keys if key not in self.greedy]
+        if missing:
+            raise AssertionError(f"unscripted greedy call {missing[0]!r}")
+        return [self.greedy[key] for key in keys]
+
+
+# Gold "Paris" for both. Q_NONE (SE 0.325083): right without retrieval and with IRCoT, wrong with one
+# retrieval; Q_SINGLE (SE 0.610864): right only with one retrieval.
+CALIBRATION_GREEDY = {
+    (Q_NONE, "qa", False, ""): cont([" Paris"], finish="stop"),
+    (Q_NONE, "qa", True, ""): cont([" Lyon"], finish="stop"),
+    (Q_NONE, "cot", True, ""): cont([" So", " the", " answer", " is", " Paris", "."], finish="stop"),
+    (Q_SINGLE, "qa", False, ""): cont([" Rome"], finish="stop"),
+    (Q_SINGLE, "qa", True, ""): cont([" Paris"], finish="stop"),
+    (Q_SINGLE, "cot", True, ""): SO_LYON,
+}
+
+
+def built(settings: dict, lm, inputs=None) -> Sugar:
+    """A SUGAR over already-read settings (what `adaptive-rag calibrate` and the runner hand it)."""
+    ctx = Context(lm=lm, exemplars=SCRIPTED_EXEMPLARS, prompt_format="raw", max_new_tokens=50,
+                  retriever=RecordingRetriever(), answer_fallback_tokens=5, inputs=inputs or {})
+    return Sugar(settings, ctx)
+
+
+def calibrated_record():
+    lm = BranchLM({Q_NONE: ROUTED[Q_NONE], Q_SINGLE: ROUTED[Q_SINGLE]}, CALIBRATION_GREEDY)
+    method = built(Sugar.calibration_settings(read({"thresholds": "calibrated", "calibration_dataset": "calib"})), lm)
+    examples = [Example("c1", Q_NONE, ["Paris"], "span"), Example("c2", Q_SINGLE, ["Paris"], "span")]
+    rows = method.calibrate_batch(examples)
+    return rows, method.calibration_record(rows), lm
+
+
+def test_calibration_samples_once_and_scores_every_branch_of_every_question():
+    rows, record, lm = calibrated_record()
+    assert len(lm.sample_calls) == 1 and lm.sample_calls[0]["questions"] == [Q_NONE, Q_SINGLE]
+    # one batched call per branch for both questions (IRCoT: both stop after their first step)
+    assert [[c["key"][:3] for c in batch] for batch in lm.generate_calls] == [
+        [(Q_NONE, "qa", False), (Q_SINGLE, "qa", False)], [(Q_NONE, "qa", True), (Q_SINGLE, "qa", True)],
+        [(Q_NONE, "cot", True), (Q_SINGLE, "cot", True)]]
+    assert [(r["id"], round(r["se"], 6)) for r in rows] == [("c1", 0.325083), ("c2", 0.610864)]
+    assert [{b: (r[b]["acc"], r[b]["retrievals"]) for b in BRANCHES} for r in rows] == [
+        {"none": (1.0, 0), "single": (0.0, 1), "multi": (1.0, 1)},
+        {"none": (0.0, 0), "single": (1.0, 1), "multi": (0.0, 1)}]
+    # Acc 1 needs c1 at none or IRCoT and c2 at single: t1 in [0.325, 0.611), t2 >= 0.611. Cheapest: c1 none
+    # (0 retrievals); t2 = 0.611 and t2 = inf route the same, ties go to the larger t2.
+    se = record["thresholds"]["se"]
+    assert se["calibrated"] == [pytest.approx(0.325083, abs=1e-6), None]
+    assert se["mean"] == [pytest.approx((0.325083 + 0.610864) / 2, abs=1e-6), None]
+    assert record["mean_se"] == se["mean"][0]
+    best = max(record["grid"]["se"], key=lambda row: row["acc"])
+    assert (best["acc"], best["steps"], best["none"], best["single"], best["multi"]) == (1.0, 0.5, 1, 1, 0)
+    assert record["branches"]["none"] == {"em": 0.5, "f1": 0.5, "acc": 0.5, "retrievals": 0.0}
+    assert "thresholds" not in record["settings"] and "signal" not in record["settings"]
+
+
+def write_calibration(tmp_path, record, ids=("c1", "c2")):
+    import json
+
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({**record, "ids": list(ids)}))
+    return path
+
+
+def from_file(path, settings, lm=None):
+    return built(read({"calibration_dataset": "calib", **settings}), lm or SamplingLM({}), {"calibration": path})
+
+
+def test_runs_read_their_rule_and_signal_from_the_calibration_file(tmp_path):
+    _, record, _ = calibrated_record()
+    path = write_calibration(tmp_path, record)
+    calibrated = from_file(path, {"thresholds": "calibrated"})
+    assert (calibrated.t1, calibrated.t2) == (record["thresholds"]["se"]["calibrated"][0], math.inf)
+    pe_mean = from_file(path, {"thresholds": "mean", "signal": "pe"})
+    assert pe_mean.t1 == record["thresholds"]["pe"]["mean"][0] and pe_mean.t2 == math.inf
+    pe_at_se = from_file(path, {"thresholds": "mean", "signal": "pe", "threshold_signal": "se"})
+    assert pe_at_se.t1 == record["mean_se"]  # Table III's "PE with SE's thresholds"
+
+
+def test_the_trace_says_which_rule_set_the_thresholds(tmp_path):
+    _, record, _ = calibrated_record()
+    lm = SamplingLM({Q_NONE: ROUTED[Q_NONE]}, {(Q_NONE, False, ""): cont([" Paris"])})
+    method = from_file(write_calibration(tmp_path, record), {"thresholds": "mean"}, lm)
+    [answer] = method.answer_batch([Example("q1", Q_NONE, ["Paris"], "span")])
+    step = answer.steps[0]
+    assert (step["thresholds"], step["threshold_rule"], step["threshold_signal"], step["branch"]) == (
+        [record["mean_se"], None], "mean", "se", "none")
+
+
+def test_a_calibration_question_is_refused_as_an_evaluation_question(tmp_path):
+    _, record, _ = calibrated_record()
+    method = from_file(write_calibration(tmp_path, record, ids=["q9"]), {"thresholds": "calibrated"})
+    with pytest.raises(InputError, match=r"questions q9 are in the calibration split of methods' "
+                                         r"calibration_dataset 'calib'"):
+        method.answer_batch([Example("q9", Q_NONE, ["Paris"], "span")])
+
+
+def test_a_calibration_made_with_other_settings_or_unreadable_is_refused(tmp_path):
+    _, record, _ = calibrated_record()
+    path = write_calibration(tmp_path, record)
+    with pytest.raises(InputError, match="calibrated with samples 10, but this run has 20"):
+        from_file(path, {"thresholds": "calibrated", "samples": 20})
+    path.write_text("{}")
+    with pytest.raises(InputError, match=r"not a readable SUGAR calibration .*\(snakemake --cores all "):
+        from_file(path, {"thresholds": "calibrated"})
+
+
+def test_the_calibration_file_is_an_input_per_evaluated_dataset():
+    settings = read({"thresholds": "calibrated", "calibration_dataset": "{dataset}-calib"})
+    assert Sugar.inputs(settings, "nq", "sugar") == {"calibration": "data/calibration/nq-calib/sugar.json"}
+    assert Sugar.inputs(read({}), "nq", "sugar") == {}
+    with pytest.raises(ConfigError, match="calibration_dataset 'nq' is the evaluated dataset 'nq'"):
+        Sugar.inputs(read({"thresholds": "mean", "calibration_dataset": "nq"}), "nq", "sugar")

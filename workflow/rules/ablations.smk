@@ -9,8 +9,7 @@ from adaptive_rag.ablations import SPECIAL as SPECIAL_PLOTS
 
 def ablation_scores(wc):
     ablation = P.ablations[wc.ablation]
-    methods = [v.method for v in ablation.variants] + ([ablation.baseline] if ablation.baseline else [])
-    return expand(SCORE, dataset=ablation.datasets, method=methods)
+    return expand(SCORE, dataset=ablation.datasets, method=ablation.runs)
 
 
 rule ablation:
@@ -85,3 +84,22 @@ rule uncertainty_sweep:
     shell:
         "{CLI} seakr-sweep --dataset {params.dataset:q} --method {params.method:q} --split {input.split:q} "
         "--model-dir {input.model:q} --k-max {params.k_max} --csv {output.csv:q} --figure {output.png:q} > {log:q} 2>&1"
+
+
+rule sugar_entropy_levels:
+    input:
+        traces=lambda wc: expand(f"{RUN_DIR}/trace.jsonl", dataset=P.ablations[wc.ablation].datasets,
+                                 method=P.ablations[wc.ablation].base),
+        provenance=lambda wc: expand(f"{RUN_DIR}/provenance.json", dataset=P.ablations[wc.ablation].datasets,
+                                     method=P.ablations[wc.ablation].base),
+    output:
+        png="reports/ablations/{ablation}.png",
+        csv="reports/ablations/{ablation}.csv",
+        md="reports/ablations/{ablation}.md",
+    wildcard_constraints:
+        ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "sugar-entropy") or "(?!)",
+    log:
+        "logs/ablations/{ablation}.log",
+    shell:
+        "{CLI} sugar-entropy --name {wildcards.ablation:q} --traces {input.traces:q} "
+        "--out-prefix reports/ablations/{wildcards.ablation:q} > {log:q} 2>&1"

@@ -1,11 +1,20 @@
-# SeaKR's calibrated threshold: `delta: calibrated` makes data/calibration/<calibration_dataset>/<method>.json
-# an input of that method's generate rule (Method.inputs); this rule writes it from the calibration split.
+# Thresholds read off data (SeaKR's `delta: calibrated`, SUGAR's `thresholds: calibrated | mean`): a
+# configuration's `calibration_dataset` makes data/calibration/<calibration_dataset>/<method>.json an input
+# of its generate rule (Method.inputs); this one rule writes it from the calibration split, whatever the
+# method type (`adaptive-rag calibrate` asks the type what to compute). Types that answer with retrieval
+# while calibrating (SUGAR) also need their index, which the step finds where the index rule builds it.
+
+
+def calibrate_inputs(wc):
+    inputs = {"split": SPLIT.format(dataset=wc.dataset), "model": MODEL_DIR}
+    if method_class(P.method(wc.method).type).calibration_retrieves:
+        inputs["index"] = search_index(wc.dataset, wc.method)
+    return inputs
 
 
 rule calibrate:
     input:
-        split=SPLIT,
-        model=MODEL_DIR,
+        unpack(calibrate_inputs),
     output:
         "data/calibration/{dataset}/{method}.json",
     params:

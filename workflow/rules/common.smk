@@ -12,8 +12,8 @@ from adaptive_rag.prompts.fewshot import resolve_exemplars
 CLI = f"{shlex.quote(sys.executable)} -m adaptive_rag --params params.yaml"
 MODEL_DIR = f"data/models/{P.model.name}"
 COLLECTION_DIR = f"data/corpus/{P.corpus.name}"
-INDEX_DIR = f"data/index/{P.corpus.name}/bm25"
-DENSE_DIR = f"data/index/{P.corpus.name}/dense"
+INDEX_DIR = P.index_dir("bm25")
+DENSE_DIR = P.index_dir("dense")
 INDEX_DIRS = {"bm25": INDEX_DIR, "dense": DENSE_DIR}  # by retriever kind (Params.retriever_kind picks one)
 SEARCH_INDEX = INDEX_DIRS[P.retrieval.type]  # what retrieving methods search unless they name a retriever
 SPLIT = "data/splits/{dataset}.jsonl"

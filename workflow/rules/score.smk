@@ -2,6 +2,7 @@ rule score:
     input:
         predictions=f"{RUN_DIR}/predictions.jsonl",
         trace=f"{RUN_DIR}/trace.jsonl",
+        provenance=f"{RUN_DIR}/provenance.json",  # call-cache hits: whether its wall times compare (time_rel)
     output:
         SCORE,
     params:

@@ -40,6 +40,12 @@ def direct_answer(text: str) -> tuple[str, bool]:
     return answer, bool(answer)
 
 
+def predicted(output: str, direct: bool) -> tuple[str, bool]:
+    """The answer a method's output gives: the whole completion of a direct-answer prompt, else the
+    chain of thought's answer phrase."""
+    return (direct_answer if direct else extract_answer)(output)
+
+
 def has_answer(text: str) -> bool:
     """Whether an output already states its answer ("... the answer is X")."""
     answer, found = extract_answer(text)

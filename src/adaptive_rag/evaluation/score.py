@@ -7,13 +7,13 @@ from pathlib import Path
 from statistics import mean
 
 from ..errors import InputError
-from ..io import read_jsonl
+from ..io import read_json, read_jsonl
 from .metrics import score_answer
 
 METRICS = ("em", "f1", "precision", "recall", "acc")
 
 
-def score_run(predictions_path: Path, trace_path: Path | None = None) -> dict:
+def score_run(predictions_path: Path, trace_path: Path | None = None, provenance_path: Path | None = None) -> dict:
     predictions = read_jsonl(predictions_path, "predictions file")
     if not predictions:
         raise InputError(f"{predictions_path}: no predictions to score")
@@ -31,7 +31,21 @@ def score_run(predictions_path: Path, trace_path: Path | None = None) -> dict:
     if trace_path is not None:
         traces = read_jsonl(trace_path, "trace file")
         summary["wall_time_s_mean"] = round(mean(t["counters"].get("wall_time_s", 0.0) for t in traces), 3)
+    if provenance_path is not None:
+        summary["cache_hits"] = cache_hits(read_json(provenance_path, "provenance file"))
     return {"summary": summary, "per_question": per_question}
+
+
+def cache_hits(provenance: dict) -> int | None:
+    """Calls the run took from the call cache, all operations together: 0 with the cache off; None when
+    unknown (a run resumed from an earlier process, or split over several, records only its own
+    process's counts). Wall times compare only between runs with 0 (`time_rel`)."""
+    if provenance.get("params", {}).get("generation", {}).get("cache") is None:
+        return 0
+    stats = provenance.get("call_cache")
+    if stats is None or provenance.get("resumed_batches") != 0 or provenance.get("processes") != 1:
+        return None
+    return sum(counts.get("hits", 0) for counts in stats.values() if isinstance(counts, dict))
 
 
 # DioR's efficiency counters (mean per question) and the prediction fields they come from.

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..evaluation.answer import extract_answer, has_answer
 from ..prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, Exemplar, build_prompt
 from ..retrieval import KINDS
+from .parts.calibrated import calibration_path, resolve_calibration_dataset
 
 if TYPE_CHECKING:
     from ..settings import Section
@@ -83,8 +84,36 @@ class Method:
     def inputs(cls, settings: dict[str, Any], dataset: str, method: str) -> dict[str, str]:
         """Files a run of this configuration reads besides the split, exemplars, model and index (name ->
         repo-relative path): the workflow makes them inputs of the generate rule, the runner hands them
-        over in `Context.inputs` and keys resumable progress on their contents."""
-        return {}
+        over in `Context.inputs` and keys resumable progress on their contents. A threshold calibrated
+        on data is one: `calibration_dataset` names the split its file is made from."""
+        calibration = cls.calibration_dataset(settings, dataset)
+        return {"calibration": calibration_path(calibration, method)} if calibration else {}
+
+    @classmethod
+    def calibration_dataset(cls, settings: dict[str, Any], dataset: str) -> str | None:
+        """The split a run on `dataset` takes its threshold from (None: a threshold given in params)."""
+        name = settings.get("calibration_dataset")
+        return resolve_calibration_dataset(name, dataset) if name else None
+
+    # ---- calibration: `adaptive-rag calibrate` asks a method type these, so one step and one rule
+    # serve every type whose threshold is read from data ----------------------------------------
+
+    calibration_retrieves = False  # the calibration answers with retrieval too: the step needs the index
+
+    @classmethod
+    def calibration_settings(cls, settings: dict[str, Any]) -> dict[str, Any] | None:
+        """The settings a calibration run is built with (the threshold it searches set to a placeholder,
+        so building the method reads no calibration file); None: the type has nothing to calibrate."""
+        return None
+
+    def calibrate_batch(self, examples: Sequence["Example"]) -> list[dict]:
+        """What the calibration file keeps of each question of one batch of the calibration split."""
+        raise NotImplementedError
+
+    def calibration_record(self, rows: list[dict]) -> dict:
+        """The calibration file's own fields from every question's row: the thresholds and how they were
+        found (the step adds dataset, method, model, questions and ids)."""
+        raise NotImplementedError
 
     @classmethod
     def needs_for(cls, settings: dict[str, Any]) -> set[str]:

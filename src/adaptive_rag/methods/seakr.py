@@ -29,7 +29,6 @@ raw model's (the reference vLLM fork reports them after top-k/top-p filtering).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -44,6 +43,7 @@ from ..lm.base import (HIDDEN_STATES, LOGITS, NO_EXTRAS, SAMPLING, SCORING, Cont
 from ..prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, build_prompt
 from ..retrieval import Hit
 from .base import Answer, Method, count_sentences
+from .parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
 from .parts.lookahead import LookAhead
 from .parts.loop import says_answer
 from .parts.text import Span, nlp
@@ -55,14 +55,10 @@ SOURCES = ("mlp", "residual")
 QUERY_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM", "ADV"})
 QUERY_DROP = frozenset({"thus", "answer", "is", "so"})
 SENTENCE_STOP = ". "
-CALIBRATION_DIR = "data/calibration"
 CALIBRATION_RULES = ("best-f1", "rate")
+RATES = (0.25, 0.5, 0.75)  # the retrieval rates the calibration file gives a delta for
 SAMPLED = {"eigenscore", "multi-perplexity", "ln-entropy"}  # estimators that read the k samples
 _CODE_ANSWER = re.compile(r"the answer is(?:\s*:\s*)?(.*?)[,.]", re.DOTALL)
-
-
-def calibration_path(dataset: str, method: str) -> str:
-    return f"{CALIBRATION_DIR}/{dataset}/{method}.json"
 
 
 @dataclass
@@ -140,12 +136,6 @@ class SeaKR(Method):
         return {"eigenscore": {SAMPLING, HIDDEN_STATES}, "multi-perplexity": {SAMPLING}, "ln-entropy": {SAMPLING},
                 "energy": {LOGITS}, "prompting": {SCORING}, "perplexity": set()}[estimator]
 
-    @classmethod
-    def inputs(cls, settings, dataset: str, method: str) -> dict[str, str]:
-        if settings["delta"] == "calibrated":
-            return {"calibration": calibration_path(settings["calibration_dataset"], method)}
-        return {}
-
     def __init__(self, settings, context):
         super().__init__(settings, context)
         self.delta, self.calibration_ids = self._threshold()
@@ -165,21 +155,49 @@ class SeaKR(Method):
         if delta != "calibrated":
             return float(delta), frozenset()
         path = Path(self.ctx.inputs.get("calibration", ""))
-        try:
-            data = json.loads(path.read_text())
-            rule = self.settings["calibration_rule"]
-            if rule == "rate":
-                rate = self.settings["calibration_rate"]
-                value = threshold_for_rate(data["u"], rate)
+
+        def read(data: dict) -> tuple[float, frozenset]:
+            if self.settings["calibration_rule"] == "rate":
+                value = threshold_for_rate(data["u"], self.settings["calibration_rate"])
             else:
                 value = data["thresholds"]["best-f1"]
             if data["estimator"] != self.settings["estimator"]:
                 raise InputError(f"{path}: calibrated for estimator {data['estimator']!r}, not "
                                  f"{self.settings['estimator']!r}; rerun the calibrate step")
             return float(value), frozenset(data["ids"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{path}: not a readable SeaKR calibration ({exc}); run the calibrate step "
-                             f"(snakemake --cores all {path})") from None
+
+        return load_calibration(path, "SeaKR", read)
+
+    # ---- calibration (`adaptive-rag calibrate`) -----------------------------------------------
+    # delta is read off a split that shares no question with the evaluation: per question, the
+    # first pseudo-step's U exactly as the run computes it, and whether the model's plain chain of
+    # thought (no retrieval) is right. A question whose own answer is wrong should retrieve, so
+    # delta is the cut whose "U > delta" best predicts a wrong answer (F1; ties to the larger delta,
+    # which retrieves less), or the cut giving a target retrieval rate (`calibration_rule`).
+
+    @classmethod
+    def calibration_settings(cls, settings) -> dict[str, Any]:
+        return {**settings, "delta": 0.0}
+
+    def calibrate_batch(self, examples) -> list[dict]:
+        states = [QuestionState(e, None) for e in examples]
+        u = [a.u for a in self.first_step(states)]
+        plain = self.generate_answers([e.question for e in examples], [()] * len(examples))
+        return [{"u": u_, "em": s["em"], "f1": s["f1"]} for u_, s in zip(u, score_answers(examples, plain))]
+
+    def calibration_record(self, rows: list[dict]) -> dict:
+        u, em, f1 = ([row[key] for row in rows] for key in ("u", "em", "f1"))
+        grid = threshold_grid(u, [score == 0.0 for score in em])
+        best = max(grid, key=lambda row: (row["f1"], row["delta"]))
+        return {
+            "estimator": self.settings["estimator"],
+            "settings": {k: v for k, v in self.settings.items() if k != "delta"},
+            "u": u, "em": em, "f1": f1, "grid": grid,
+            "thresholds": {"best-f1": best["delta"],
+                           **{f"rate-{rate}": threshold_for_rate(u, rate) for rate in RATES}},
+            "note": "delta: U > delta retrieves. best-f1: F1 of 'U > delta' predicting a wrong (EM 0) "
+                    "no-retrieval answer; rate-r: a fraction r of these questions would retrieve at the first step",
+        }
 
     # ---- uncertainty of many contexts at once -------------------------------------------------
 
@@ -256,11 +274,8 @@ class SeaKR(Method):
     # ---- the method ---------------------------------------------------------------------------
 
     def answer_batch(self, examples) -> list[Answer]:
-        leaked = [e.id for e in examples if e.id in self.calibration_ids]
-        if leaked:
-            raise InputError(f"questions {', '.join(leaked[:5])} are in the calibration split of "
-                             f"methods' calibration_dataset {self.settings['calibration_dataset']!r}: "
-                             f"calibrate on questions the evaluation does not use (sample.skip)")
+        if self.calibration_ids:
+            refuse_calibration_questions(examples, self.calibration_ids, self.settings["calibration_dataset"])
         states = [QuestionState(e, self.prompt_of(e)) for e in examples]
         if self.settings["variant"] == "simple":
             self.simple(states)
@@ -540,6 +555,25 @@ def choose(a: dict | None, b: dict | None) -> str:
     if _unknown(b["answer"]):
         return "rationale"
     return "rationale" if a["u"] < b["u"] else "knowledge"
+
+
+def threshold_grid(u: list[float], wrong: list[bool]) -> list[dict]:
+    """Every distinct cut (each observed U, and one below all): retrieval rate and how well "U > delta"
+    finds the questions the model answers wrongly on its own."""
+    finite = sorted({v for v in u if math.isfinite(v)})
+    cuts = ([finite[0] - 1.0] if finite else [0.0]) + finite
+    rows = []
+    for delta in cuts:
+        predicted = [v > delta for v in u]
+        tp = sum(p and w for p, w in zip(predicted, wrong))
+        fp = sum(p and not w for p, w in zip(predicted, wrong))
+        fn = sum(w and not p for p, w in zip(predicted, wrong))
+        precision = tp / (tp + fp) if tp + fp else 0.0
+        recall = tp / (tp + fn) if tp + fn else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        rows.append({"delta": delta, "retrieval_rate": sum(predicted) / len(u), "precision": precision,
+                     "recall": recall, "f1": f1})
+    return rows
 
 
 def threshold_for_rate(values: Sequence[float], rate: float) -> float:

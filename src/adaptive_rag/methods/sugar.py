@@ -18,6 +18,11 @@ Per batch:
 Where the paper is silent (the spec's §1.4): the thresholds default to the two numbers it prints
 (0.4 and 0.9, Table III's per-dataset SE averages), because it never gives t2; the no-retrieval answer
 is the greedy one; the sampling call counts in Gc and its tokens in Tc, as SE is what makes SUGAR slow.
+
+`thresholds: calibrated | mean` reads them off a calibration split instead (the paper's unpublished
+"cross-validation", and its Table III rule), from the file the calibrate step writes: there every
+calibration question is sampled once, exactly as a run samples it, and answered by all three branches,
+so any (t1, t2) can be scored without running again (`parts/routing.py`).
 """
 
 from __future__ import annotations
@@ -25,23 +30,27 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError
-from ..evaluation.answer import direct_answer, extract_answer
+from ..errors import ConfigError, InputError
+from ..evaluation.answer import predicted
 from ..lm.base import SAMPLING, SCORING, SampleSet, SamplingParams
 from ..prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
 from ..settings import Section, show
 from .base import Answer, Method, count_sentences, step_record
 from .fs_rag import FixedSentenceRetrieval
+from .parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
 from .parts.entailment import load_judge, parse_judge
+from .parts.routing import BRANCHES, best, mean_rule, quantiles, route, search
 from .parts.semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_entropy, sequence_loglik
 from .registry import register
 
 SIGNALS = ("se", "pe")
-BRANCHES = ("none", "single", "multi")
 PAPER_THRESHOLDS = [0.4, 0.9]
 CALIBRATED = ("mean", "calibrated")
+# Settings a calibration file does not depend on: it records both signals and both threshold rules.
+NOT_CALIBRATED = frozenset({"signal", "thresholds", "calibration_dataset", "threshold_signal"})
 
 
 @dataclass
@@ -64,12 +73,14 @@ class Sugar(Method):
             "`judge`; pe: over strings): <= t1 never, <= t2 once, above t2 before every sentence (IRCoT)")
     what = "the question (once); IRCoT: the question, then each new sentence, passages accumulated"
     needs_retriever = True
+    calibration_retrieves = True
 
     @classmethod
     def read_settings(cls, section: Section) -> dict[str, Any]:
         style = section.str("prompt_style", "qa-oneshot", PROMPT_STYLES)
-        return {
-            "signal": section.str("signal", "se", SIGNALS),
+        signal = section.str("signal", "se", SIGNALS)
+        settings = {
+            "signal": signal,
             "estimator": section.str("estimator", "rao", ESTIMATORS),
             "thresholds": _read_thresholds(section),
             "samples": section.int("samples", 10, minimum=2),
@@ -88,6 +99,11 @@ class Sugar(Method):
             "multi": _read_branch(section, "multi", {"top_k": 3, "max_steps": 8, "max_passages": 15}),
             "retriever": cls.read_retriever(section),
         }
+        if settings["thresholds"] in CALIBRATED:
+            settings["calibration_dataset"] = section.str("calibration_dataset")
+            # Table III's "PE with SE's thresholds": route on one signal at the other's thresholds
+            settings["threshold_signal"] = section.str("threshold_signal", signal, SIGNALS)
+        return settings
 
     @classmethod
     def needs_for(cls, settings) -> set[str]:
@@ -99,10 +115,29 @@ class Sugar(Method):
         self.sampling = SamplingParams(n=settings["samples"], seed=settings["seed"],
                                        temperature=settings["temperature"], top_k=settings["top_k"],
                                        top_p=settings["top_p"])
-        t1, t2 = settings["thresholds"]
-        self.t1, self.t2 = t1, math.inf if t2 is None else t2
+        self.t1, self.t2, self.calibration_ids = self._thresholds()
         self.ircot = FixedSentenceRetrieval(ircot_settings(settings), context)
         self._judge = None
+
+    def _thresholds(self) -> tuple[float, float, frozenset]:
+        """(t1, t2, the calibration questions): given in params, or the calibration file's."""
+        rule = self.settings["thresholds"]
+        if rule not in CALIBRATED:
+            t1, t2 = rule
+            return t1, math.inf if t2 is None else t2, frozenset()
+        path = Path(self.ctx.inputs.get("calibration", ""))
+
+        def read(data: dict) -> tuple[float, float, frozenset]:
+            differ = {k: (data["settings"].get(k), v) for k, v in calibrated_settings(self.settings).items()
+                      if data["settings"].get(k) != v}
+            if differ:
+                key, (theirs, mine) = sorted(differ.items())[0]
+                raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {mine!r} (a "
+                                 f"per_dataset preset?); calibrate with the settings the run uses")
+            t1, t2 = data["thresholds"][self.settings["threshold_signal"]][rule]
+            return float(t1), math.inf if t2 is None else float(t2), frozenset(data["ids"])
+
+        return load_calibration(path, "SUGAR", read)
 
     # ---- the prompt style ---------------------------------------------------------------------
 
@@ -124,7 +159,7 @@ class Sugar(Method):
 
     def answer_phrase(self, text: str) -> str:
         """What a sample says, as the runner would score it: the completion, or the CoT's answer phrase."""
-        return (direct_answer if self.direct else extract_answer)(text)[0]
+        return predicted(text, self.direct)[0]
 
     # ---- uncertainty ----------------------------------------------------------------------------
 
@@ -208,14 +243,21 @@ class Sugar(Method):
 
     # ---- the method ---------------------------------------------------------------------------
 
+    @property
+    def branches(self):
+        """Each branch's batched answering, in BRANCHES order."""
+        return self.answer_bare, self.answer_once, self.answer_ircot
+
     def answer_batch(self, examples) -> list[Answer]:
+        if self.calibration_ids:
+            refuse_calibration_questions(examples, self.calibration_ids, self.settings["calibration_dataset"])
         questions = [e.question for e in examples]
         sets, share = self.sample(questions)
         assessed = [self.assess(q, s) for q, s in zip(questions, sets)]
         values = [a.se if self.settings["signal"] == "se" else a.pe for a in assessed]
         branches = [route(v, self.t1, self.t2) for v in values]
         answers: list[Answer | None] = [None] * len(examples)
-        for branch, run in zip(BRANCHES, (self.answer_bare, self.answer_once, self.answer_ircot)):
+        for branch, run in zip(BRANCHES, self.branches):
             rows = [i for i, b in enumerate(branches) if b == branch]
             if rows:
                 for i, answer in zip(rows, run([examples[i] for i in rows])):
@@ -242,19 +284,67 @@ class Sugar(Method):
         return {**record, "loglik": [_rounded(x) for x in a.loglik], "clusters": a.clusters,
                 "estimator": self.settings["estimator"], "se": _rounded(a.se), "pe": _rounded(a.pe),
                 "judge": self.judge.name, "judge_calls": a.judge_calls, "signal": self.settings["signal"],
-                "value": _rounded(value), "thresholds": list(self.settings["thresholds"]), "branch": branch}
+                "value": _rounded(value), "thresholds": [self.t1, _finite(self.t2)], **self.threshold_rule,
+                "branch": branch}
+
+    @property
+    def threshold_rule(self) -> dict:
+        """How the thresholds were found, when not given as numbers: the trace says which file rule it was."""
+        rule = self.settings["thresholds"]
+        if rule not in CALIBRATED:
+            return {}
+        return {"threshold_rule": rule, "threshold_signal": self.settings["threshold_signal"]}
+
+    # ---- calibration (`adaptive-rag calibrate`) -----------------------------------------------
+
+    @classmethod
+    def calibration_settings(cls, settings) -> dict[str, Any]:
+        return {**settings, "thresholds": [0.0, None]}
+
+    def calibrate_batch(self, examples) -> list[dict]:
+        """Each question sampled once as a run samples it, then answered by all three branches (each
+        branch one batched call for the whole batch, IRCoT one per step), every answer scored."""
+        questions = [e.question for e in examples]
+        sets, _ = self.sample(questions)
+        assessed = [self.assess(q, s) for q, s in zip(questions, sets)]
+        answers = [run(examples) for run in self.branches]
+        scores = [score_answers(examples, branch) for branch in answers]
+        return [{"id": e.id, "se": _finite(a.se), "pe": _finite(a.pe),
+                 **{name: {"em": scores[b][i]["em"], "f1": scores[b][i]["f1"], "acc": scores[b][i]["acc"],
+                           "retrievals": answers[b][i].retrievals} for b, name in enumerate(BRANCHES)}}
+                for i, (e, a) in enumerate(zip(examples, assessed))]
+
+    def calibration_record(self, rows: list[dict]) -> dict:
+        """Both signals' grids and both rules' thresholds, so one file serves SE and PE configurations."""
+        acc = [[row[name]["acc"] for name in BRANCHES] for row in rows]
+        steps = [[row[name]["retrievals"] for name in BRANCHES] for row in rows]
+        record = {"settings": calibrated_settings(self.settings), "per_question": rows, "grid": {},
+                  "thresholds": {}, "quantiles": {},
+                  "branches": {name: {metric: sum(row[name][metric] for row in rows) / len(rows)
+                                      for metric in ("em", "f1", "acc", "retrievals")} for name in BRANCHES}}
+        for signal in SIGNALS:
+            values = [math.inf if row[signal] is None else row[signal] for row in rows]
+            record["grid"][signal] = search(values, acc, steps)
+            record["thresholds"][signal] = {"calibrated": best(record["grid"][signal]), "mean": mean_rule(values)}
+            record["quantiles"][signal] = quantiles(values)
+            record[f"mean_{signal}"] = record["thresholds"][signal]["mean"][0]
+        record["note"] = ("value <= t1: no retrieval; <= t2: single-step; above: IRCoT (t2 null: never). calibrated: "
+                          "the (t1, t2) of highest mean Acc of the routed answers, ties to fewer retrievals; mean: "
+                          "t1 = the mean of the signal, no multi-step (the paper's Table III). branches: each "
+                          "branch's scores had every question gone there")
+        return record
 
 
 # ---- pieces with no state (tested on their own) -------------------------------------------------
 
 
-def route(value: float, t1: float, t2: float) -> str:
-    """none up to t1, single up to t2, multi above: a value on a threshold takes the cheaper branch."""
-    if value <= t1:
-        return "none"
-    if value <= t2:
-        return "single"
-    return "multi"
+def calibrated_settings(settings: dict) -> dict:
+    """The settings a calibration file's numbers depend on (a run refuses a file made with others)."""
+    return {k: v for k, v in settings.items() if k not in NOT_CALIBRATED}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
 
 
 def ircot_settings(settings: dict) -> dict:
@@ -277,19 +367,19 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _read_thresholds(section: Section) -> list:
-    """[t1, t2] with t1 <= t2; one number t is [t, inf] (the paper's single-hop ablation: no multi-step).
-    An infinite t2 is stored as null, so settings and traces stay plain JSON."""
+def _read_thresholds(section: Section) -> list | str:
+    """[t1, t2] with t1 <= t2; one number t is [t, inf] (the paper's single-hop ablation: no multi-step);
+    or a rule (`mean`, `calibrated`) read off the calibration file. An infinite t2 is stored as null, so
+    settings and traces stay plain JSON."""
     value = section.raw("thresholds", list(PAPER_THRESHOLDS))
     if isinstance(value, str) and value in CALIBRATED:
-        raise section.fail("thresholds", f"{value!r} is computed over a whole calibration split and comes with "
-                                         f"SUGAR's calibration rule, which is not built yet; give numbers: "
-                                         f"[t1, t2], or t for [t, .inf]")
+        return value  # read off the calibration split (`calibration_dataset`) when the method is built
     pair = [value, None] if _number(value) else value
     if (not isinstance(pair, list) or len(pair) != 2 or not _number(pair[0])
             or not (pair[1] is None or _number(pair[1]))):
-        raise section.fail("thresholds", f"expected [t1, t2] (numbers; t2 may be .inf or null for no multi-step) "
-                                         f"or one number t for [t, .inf]; got {show(value)}")
+        raise section.fail("thresholds", f"expected [t1, t2] (numbers; t2 may be .inf or null for no multi-step), "
+                                         f"one number t for [t, .inf], or {' or '.join(CALIBRATED)} (from "
+                                         f"`calibration_dataset`); got {show(value)}")
     t1 = float(pair[0])
     t2 = None if pair[1] is None or pair[1] == math.inf else float(pair[1])
     if not math.isfinite(t1) or (t2 is not None and not math.isfinite(t2)):

@@ -1,14 +1,15 @@
 """An ablation's table (markdown, LaTeX, CSV: one row per dataset x variant, varied settings as
-columns) and its figure: `grid` (SCAAR Table 3 / Figure 2: F1 heatmaps of weighting x query per
-threshold, and how often each weighting and each query wins), `lines` (a metric against one varied
-setting, e.g. F1 and S_eff vs threshold, F1 vs alpha), or `table` (F1 and N_R per variant as bars)."""
+columns; `time_rel` too when it has a time baseline) and its figure: `grid` (SCAAR Table 3 /
+Figure 2: F1 heatmaps of weighting x query per threshold, and how often each weighting and each
+query wins), `lines` (a metric against one varied setting, e.g. F1 and S_eff vs threshold, F1 vs
+alpha), or `table` (F1 and N_R per variant as bars)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .figures import save
-from .tables import load_scores, s_eff, s_eff_metric
+from .tables import load_scores, s_eff, s_eff_metric, time_rel
 
 METRICS = ("em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc")
 
@@ -17,20 +18,31 @@ def ablation_frame(ablation, score_paths: list[Path], params):
     import pandas as pd
 
     scores = {(d["dataset"], d["method"]): d for d in load_scores(score_paths)}
+    metrics = list(METRICS)
+    if ablation.time_baseline:
+        metrics.insert(metrics.index("S_eff") + 1, "time_rel")
     rows = []
     for dataset in ablation.datasets:
         base = scores.get((dataset, ablation.baseline)) if ablation.baseline else None
+        timing = _score(scores, dataset, ablation.time_baseline) if ablation.time_baseline else None
         metric = s_eff_metric(params.dataset(dataset).format)
         for variant in ablation.variants:
-            data = scores.get((dataset, variant.method))
-            if data is None:
-                raise FileNotFoundError(f"no score file for {dataset}/{variant.method} among the inputs")
+            data = _score(scores, dataset, variant.method)
             row = {"dataset": dataset, **{k: str(v) for k, v in variant.values.items()}}
             row.update({m: data["summary"].get(m) for m in METRICS if m != "S_eff"})
             row["S_eff"] = s_eff(data, base, metric) if base is not None else None
+            if timing is not None:
+                row["time_rel"] = time_rel(data, timing)
             row["run"] = variant.method  # the generated configuration (data/runs/<dataset>/<run>)
             rows.append(row)
-    return pd.DataFrame(rows)[["dataset", *ablation.vary, *METRICS, "run"]]
+    return pd.DataFrame(rows)[["dataset", *ablation.vary, *metrics, "run"]]
+
+
+def _score(scores: dict, dataset: str, method: str) -> dict:
+    data = scores.get((dataset, method))
+    if data is None:
+        raise FileNotFoundError(f"no score file for {dataset}/{method} among the inputs")
+    return data
 
 
 def write_ablation(ablation, frame, prefix: Path) -> list[Path]:

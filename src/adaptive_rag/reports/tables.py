@@ -51,6 +51,20 @@ def s_eff(score: dict, baseline: dict, metric: str) -> float | None:
     return S_EFF_SCALE * (sum(mine.values()) - sum(base.values())) / len(mine) / n_r
 
 
+def time_rel(score: dict, baseline: dict) -> float | None:
+    """SUGAR's Time: mean wall time per question over the baseline's (single-step retrieval) on the same
+    questions. None unless neither run took a call from the call cache (`cache_hits` 0, from its
+    provenance): a cached call costs a lookup, so such times measure the cache, not the method."""
+    if {q["id"] for q in score["per_question"]} != {q["id"] for q in baseline["per_question"]}:
+        raise InputError(f"{score['path']} and {baseline['path']} score different questions; "
+                         f"time_rel compares runs on the same split")
+    if score["summary"].get("cache_hits") != 0 or baseline["summary"].get("cache_hits") != 0:
+        return None
+    base = baseline["summary"].get("wall_time_s_mean")
+    mine = score["summary"].get("wall_time_s_mean")
+    return mine / base if mine is not None and base else None
+
+
 def collect_scores(paths: list[Path], params=None):
     """One row per score file; S_eff needs `params` (dataset formats, which method is wo-RAG)."""
     import pandas as pd
@@ -98,10 +112,11 @@ def distribution_table(long):
     return wide.reset_index()
 
 
-def write_tables(frame, markdown: Path, csv: Path, latex: Path | None = None) -> None:
+def write_tables(frame, markdown: Path, csv: Path | None, latex: Path | None = None) -> None:
     frame = frame.rename(columns=HEADERS)
-    with atomic_write(csv) as handle:
-        frame.to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
+    if csv is not None:
+        with atomic_write(csv) as handle:
+            frame.to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
     shown = frame.astype(object).where(frame.notna(), None)  # NaN (e.g. S_eff without retrievals) -> "–"
     with atomic_write(markdown) as handle:
         handle.write(shown.to_markdown(index=False, floatfmt=".4f", missingval="–") + "\n")

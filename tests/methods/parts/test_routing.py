@@ -1,0 +1,73 @@
+"""SUGAR's threshold search on hand-computed calibration splits (spec §1.5): the Acc-maximising
+(t1, t2), its tie rule (fewer retrievals, then the larger thresholds), the paper's mean rule, and
+where the grid puts its cuts."""
+
+import math
+
+import pytest
+
+from adaptive_rag.methods.parts.routing import GRID_CUTS, best, cuts, mean_rule, quantiles, route, search
+
+# Four questions: SE, then Acc and retrievals of their none / single / multi answers.
+#   q1 0.1: right without retrieval and with one, wrong with IRCoT (2 rounds)
+#   q2 0.5: wrong without, right with one retrieval or IRCoT (2 rounds)
+#   q3 0.8: right only with IRCoT (3 rounds)
+#   q4 1.2: wrong everywhere (IRCoT 4 rounds)
+VALUES = [0.1, 0.5, 0.8, 1.2]
+ACC = [[1, 1, 0], [0, 1, 1], [0, 0, 1], [0, 0, 0]]
+STEPS = [[0, 1, 2], [0, 1, 2], [0, 1, 3], [0, 1, 4]]
+
+
+def test_grid_has_every_ordered_pair_of_cuts_and_infinity():
+    rows = search(VALUES, ACC, STEPS)
+    # cuts -0.9, 0.1, 0.5, 0.8, 1.2; t2 from t1 up, plus infinity: 6 + 5 + 4 + 3 + 2
+    assert len(rows) == 20
+    assert all(r["t2"] is None or r["t1"] <= r["t2"] for r in rows)
+    assert all(r["none"] + r["single"] + r["multi"] == 4 for r in rows)
+
+
+def test_the_acc_maximising_thresholds_by_hand():
+    rows = search(VALUES, ACC, STEPS)
+    # Acc 3/4 is the most (q4 is never right): q3 must go to IRCoT (t2 < 0.8), q2 to single or IRCoT
+    # (t1 < 0.5). Of those routings, (0.1, 0.5) is cheapest: q1 none 0 + q2 single 1 + q3 3 + q4 4 = 8;
+    # (0.1, 0.1) costs 9, (-0.9, 0.5) 9, (-0.9, 0.1) 10.
+    by_pair = {(r["t1"], r["t2"]): r for r in rows}
+    assert {pair: (r["acc"], r["steps"]) for pair, r in by_pair.items() if r["acc"] == 0.75} == {
+        (0.1, 0.5): (0.75, 2.0), (0.1, 0.1): (0.75, 2.25), (-0.9, 0.5): (0.75, 2.25), (-0.9, 0.1): (0.75, 2.5)}
+    assert best(rows) == [0.1, 0.5]
+    assert max(r["acc"] for r in rows) == 0.75
+    assert by_pair[(1.2, None)]["acc"] == 0.25 and by_pair[(1.2, None)]["steps"] == 0.0  # all none: only q1
+
+
+def test_ties_go_to_fewer_retrievals_then_to_the_larger_thresholds():
+    # Nothing is ever right: every routing has Acc 0, so the cheapest (nothing retrieves) wins, and of
+    # the routings that retrieve nothing the largest t1 and t2 (.inf: no multi-step at all).
+    rows = search([0.2, 0.7], [[0, 0, 0], [0, 0, 0]], [[0, 1, 2], [0, 1, 2]])
+    assert best(rows) == [0.7, None]
+    # equal Acc and cost but different cuts: t2 = 0.7 and t2 = inf route these values alike
+    rows = search([0.2, 0.7], [[1, 0, 0], [0, 1, 0]], [[0, 1, 2], [0, 1, 2]])
+    assert best(rows) == [0.2, None]
+
+
+def test_the_mean_rule_is_table_three():
+    assert mean_rule(VALUES) == [pytest.approx(0.65), None]
+    assert mean_rule([0.3, math.inf, 0.5]) == [pytest.approx(0.4), None]  # an undefined value is left out
+
+
+def test_a_value_on_a_cut_routes_to_the_cheaper_branch():
+    rows = {(r["t1"], r["t2"]): r for r in search(VALUES, ACC, STEPS)}
+    assert (rows[(0.5, 0.8)]["none"], rows[(0.5, 0.8)]["single"], rows[(0.5, 0.8)]["multi"]) == (2, 1, 1)
+    assert [route(v, 0.5, 0.8) for v in VALUES] == ["none", "none", "single", "multi"]
+
+
+def test_cuts_are_observed_values_and_at_most_grid_cuts_of_them():
+    assert cuts([0.3, 0.1, 0.3, math.inf]) == [-0.9, 0.1, 0.3]
+    many = [i / 1000 for i in range(1000)]
+    placed = cuts(many)
+    assert len(placed) == GRID_CUTS and placed[1] == 0.0 and placed[-1] == 0.999
+    assert set(placed[1:]) <= set(many)
+
+
+def test_quantiles_of_the_finite_values():
+    assert quantiles([0.0, 1.0, 2.0, 3.0, 4.0])["0.5"] == 2.0
+    assert quantiles([math.inf]) == {}
