@@ -132,3 +132,33 @@ def test_a_method_sweep_keeps_the_base_name_for_its_lines(base, tmp_path):
     assert list(frame["method"]) == ["flare-word"] * 3 + ["scaar"] * 3  # the hue of the lines plot
     assert frame["run"].iloc[0] == "scaar-theta--flare-word-0.9"
     assert write_ablation(ablation, frame, tmp_path / "theta")[3].stat().st_size > 0
+
+
+def test_sampled_sequences_get_their_own_column(base, tmp_path):
+    """Gc counts greedy calls only; a sampling method's k samples per judged context show as Ks, and
+    the column appears only in ablations where some variant sampled."""
+    from adaptive_rag.evaluation.score import efficiency
+
+    counters = {"retrievals": 1, "llm_calls": 3, "detections": 0, "generated_tokens": 40, "sentences": 2}
+    plain = [{"counters": counters, "retrievals": 1}] * 2
+    sampled = [{"counters": {**counters, "sampled_sequences": 20}, "retrievals": 1},
+               {"counters": {**counters, "sampled_sequences": 30}, "retrievals": 1}]
+    assert "Ks" not in efficiency(plain) and efficiency(sampled)["Ks"] == 25.0
+
+    params = parse_params(base)
+    ablation = params.ablations["seakr-rerank"]
+    paths = [fake_score(tmp_path / "wo.json", "demo-small", "wo-rag", [0.1], 0.0)]
+    for k, variant in enumerate(ablation.variants):
+        path = fake_score(tmp_path / f"{k}.json", "demo-small", variant.method, [0.2], 1.0)
+        data = json.loads(path.read_text())
+        data["summary"]["Ks"] = 40.0 + k
+        path.write_text(json.dumps(data))
+        paths.append(path)
+    frame = ablation_frame(ablation, paths, params)
+    columns = list(frame.columns)
+    assert columns.index("Ks") == columns.index("Gc") + 1 and list(frame["Ks"]) == [40.0, 41.0]
+    plain_frame = ablation_frame(params.ablations["scaar-docs"], [fake_score(tmp_path / "wo.json", "demo-small",
+                                                                           "wo-rag", [0.1], 0.0)] + [
+        fake_score(tmp_path / f"d{k}.json", "demo-small", v.method, [0.2], 1.0)
+        for k, v in enumerate(params.ablations["scaar-docs"].variants)], params)
+    assert "Ks" not in plain_frame.columns

@@ -48,7 +48,8 @@ def cache_hits(provenance: dict) -> int | None:
     return sum(counts.get("hits", 0) for counts in stats.values() if isinstance(counts, dict))
 
 
-# DioR's efficiency counters (mean per question) and the prediction fields they come from.
+# DioR's efficiency counters (mean per question) and the prediction fields they come from. Sampling
+# methods add Ks, the sampled sequences per question, which Gc (greedy calls) leaves out.
 COUNTERS = {"Rc": "retrievals", "Gc": "llm_calls", "Hc": "detections", "Tc": "generated_tokens", "Sc": "sentences"}
 
 
@@ -59,6 +60,8 @@ def efficiency(predictions: list[dict]) -> dict:
     for name, field in COUNTERS.items():
         out[name] = round(mean(float(r.get("counters", {}).get(field, r.get(field, 0))) for r in predictions), 4)
     out["N_R"] = out["Rc"]
+    if any("sampled_sequences" in r.get("counters", {}) for r in predictions):  # sampling methods (SeaKR)
+        out["Ks"] = round(mean(float(r["counters"].get("sampled_sequences", 0)) for r in predictions), 4)
     histogram = Counter(int(r.get("retrievals", 0)) for r in predictions)
     out["retrievals_histogram"] = {str(k): histogram[k] for k in sorted(histogram)}
     return out

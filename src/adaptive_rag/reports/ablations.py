@@ -21,6 +21,8 @@ def ablation_frame(ablation, score_paths: list[Path], params):
     metrics = list(METRICS)
     if ablation.time_baseline:
         metrics.insert(metrics.index("S_eff") + 1, "time_rel")
+    if any("Ks" in d["summary"] for d in scores.values()):  # some variant samples: show how much
+        metrics.insert(metrics.index("Gc") + 1, "Ks")
     rows = []
     for dataset in ablation.datasets:
         base = scores.get((dataset, ablation.baseline)) if ablation.baseline else None
@@ -29,7 +31,7 @@ def ablation_frame(ablation, score_paths: list[Path], params):
         for variant in ablation.variants:
             data = _score(scores, dataset, variant.method)
             row = {"dataset": dataset, **{k: str(v) for k, v in variant.values.items()}}
-            row.update({m: data["summary"].get(m) for m in METRICS if m != "S_eff"})
+            row.update({m: data["summary"].get(m) for m in metrics if m not in ("S_eff", "time_rel")})
             row["S_eff"] = s_eff(data, base, metric) if base is not None else None
             if timing is not None:
                 row["time_rel"] = time_rel(data, timing)
