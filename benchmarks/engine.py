@@ -12,6 +12,7 @@ greedy tokens equal one-at-a-time tokens.
 
 Needs the demo model and index: `snakemake --cores all model indexes` first.
 Usage: python benchmarks/engine.py [--method sr-rag|wo-rag] [--questions 16] [--batch-size 8] [--threads 2]
+                                  [--model-dir DIR] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ INDEX = REPO / "data/index/demo/bm25"
 def workload(n: int, method: str):
     from adaptive_rag.data.datasets import load_hotpotqa
     from adaptive_rag.prompts.fewshot import build_prompt, load_exemplars
-    from adaptive_rag.retrieval.bm25 import BM25Retriever
 
     examples = load_hotpotqa(REPO / "data/demo/hotpot_demo.json")[:n]
     exemplars = load_exemplars(REPO / "data/demo/exemplars.json", 8)
+    if method == "wo-rag":  # no index, no JVM: runs where pyserini is not installed (a bare GPU box)
+        return [build_prompt("chat", exemplars, e.question) for e in examples]
+    from adaptive_rag.retrieval.bm25 import BM25Retriever
+
     retriever = BM25Retriever(INDEX)
-    k = 3 if method == "sr-rag" else 0
-    return [build_prompt("chat", exemplars, e.question, retriever.search(e.question, k) if k else ())
-            for e in examples]
+    return [build_prompt("chat", exemplars, e.question, retriever.search(e.question, 3)) for e in examples]
 
 
 def distinct_prefix_tokens(model, prompts) -> int:
@@ -63,10 +65,15 @@ def child(args) -> None:
     from adaptive_rag.prompts.fewshot import STOP_STRINGS
 
     prompts = workload(args.questions, args.method)
-    base = HFModel(MODEL, "float32", "cpu", args.threads, 0, args.batch_size)
+    base = HFModel(args.model_dir, args.dtype, args.device, args.threads, 0, args.batch_size)
     lm = CachedModel(base, CallCache(args.cache)) if args.cache else base
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        base.torch.cuda.synchronize()
     start = time.perf_counter()
     results = lm.generate(prompts, 100, STOP_STRINGS)
+    if cuda:
+        base.torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     generated = sum(len(r.token_ids) for r in results)
     print(json.dumps({
@@ -84,19 +91,23 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model-dir", type=Path, default=MODEL)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
-    for path in (MODEL, INDEX):
+    for path in (args.model_dir, INDEX) if args.method == "sr-rag" else (args.model_dir,):
         if not path.exists():
             sys.exit(f"error: {path} missing; run `snakemake --cores all model indexes` first")
 
     def measure(batch_size: int, cache: str | None) -> dict:
         command = [sys.executable, __file__, "--child", "--method", args.method, "--questions", str(args.questions),
                    "--batch-size",
-                   str(batch_size), "--threads", str(args.threads)] + (["--cache", cache] if cache else [])
+                   str(batch_size), "--threads", str(args.threads), "--model-dir", str(args.model_dir),
+                   "--device", args.device, "--dtype", args.dtype] + (["--cache", cache] if cache else [])
         out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -108,7 +119,7 @@ def main() -> None:
             (f"batch {args.batch_size}, warm cache", measure(args.batch_size, cache)),
         ]
     single = rows[0][1]["tokens"]
-    print(f"\n{args.questions} demo questions ({args.method} prompts, SmolLM2-135M fp32, {args.threads} threads, "
+    print(f"\n{args.questions} demo questions ({args.method} prompts, SmolLM2-135M {args.dtype} on {args.device}, {args.threads} threads, "
           f"100 new tokens max)\n")
     print("| configuration | questions/s | seconds | peak RSS (MB) | forward tokens | minimum tokens | "
           "same tokens as batch 1 |")
