@@ -1,5 +1,6 @@
-"""SUGAR's semantic entropy (spec §5, tests 1-4): estimators on hand-computed values, clustering with
-scripted judges, the judge-call budget."""
+"""SUGAR's semantic entropy (paper §II-B, Eq. (1), whose body our copy lost: Kuhn et al.'s SE over
+bidirectional-entailment clusters; spec §5, tests 1-4): estimators on hand-computed values, clustering
+with scripted judges, the judge-call budget."""
 
 import math
 
