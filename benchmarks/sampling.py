@@ -12,8 +12,15 @@ cover the sampling calls only (model load and the shared few-shot prefix, encode
 excluded). Also checks that the modes give the same token ids (they should: the seeds are the
 same), and how far apart their final states and Grams are.
 
+`--workload sugar` measures SUGAR's sampling instead: the one-shot `Q: ... A:` prompt, M samples at
+temperature 1.0 with no top-k/top-p filter, at most 32 new tokens cut at SUGAR's stop strings, no
+hidden states (SUGAR needs only the log-probabilities); its `sample_batch` mode goes through the `sugar`
+method's own sampling step (`Sugar.sample` over the whole batch), so the engine-call count it reports is
+the method's.
+
 Needs the demo model: `snakemake --cores all model` first (or `--model-dir` pointing at a built one).
-Usage: python benchmarks/sampling.py [--k 10 20] [--questions 4] [--threads 2] [--seed 0] [--model-dir DIR]
+Usage: python benchmarks/sampling.py [--workload seakr|sugar] [--k 10 20] [--questions 4] [--threads 2] [--seed 0]
+                                     [--model-dir DIR]
                                      [--device cpu|cuda] [--dtype float32|bfloat16|float16]
 On a GPU, peak RSS is host memory; the table adds the peak GPU memory of the sampling calls.
 """
@@ -26,12 +33,11 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL = REPO / "data/models/smollm2-135m-instruct"
+from model_args import REPO, add_model_arguments, model_argv, require_model
 STOP = ("\n\n", "Question:", ". ")  # one sentence: SeaKR's pseudo-step
 MAX_NEW_TOKENS = 100
 LAYER = 15  # 1-based, the middle of SmolLM2-135M's 30 layers
@@ -44,7 +50,32 @@ def workload(n: int):
 
     examples = load_hotpotqa(REPO / "data/demo/hotpot_demo.json")[:n]
     exemplars = load_exemplars(REPO / "data/demo/exemplars.json", 8)
-    return [build_prompt("chat", exemplars, e.question) for e in examples]
+    return [build_prompt("chat", exemplars, e.question) for e in examples], [e.question for e in examples], exemplars
+
+
+class CountingLM:
+    """The engine as the method sees it, counting the calls that reach it."""
+
+    def __init__(self, lm):
+        self.lm, self.calls = lm, 0
+
+    def sample_batch(self, *args, **kwargs):
+        self.calls += 1
+        return self.lm.sample_batch(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.lm, name)
+
+
+def sugar_method(lm, exemplars, k: int, seed: int):
+    """SUGAR with its defaults (M = k samples), as the runner builds it on the demo's chat prompts."""
+    from adaptive_rag.methods.base import Context
+    from adaptive_rag.methods.sugar import Sugar
+    from adaptive_rag.settings import Section
+
+    section = Section({"samples": k, "seed": seed, "thresholds": [0.5, 1.0]}, "methods.sugar", "benchmark")
+    return Sugar(Sugar.read_settings(section), Context(lm=lm, exemplars=exemplars, prompt_format="chat",
+                                                       max_new_tokens=MAX_NEW_TOKENS))
 
 
 def child(args) -> None:
@@ -52,11 +83,16 @@ def child(args) -> None:
     from adaptive_rag.lm.base import Extras, SamplingParams
     from adaptive_rag.lm.hf import HFModel
 
-    prompts = workload(args.questions)
+    prompts, questions, exemplars = workload(args.questions)
     lm = HFModel(args.model_dir, args.dtype, args.device, args.threads)
     extras = Extras(final_layers=(LAYER,))
     k, seed = args.k[0], args.seed
-    grams = None
+    params, max_new, stop = SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP
+    if args.workload == "sugar":
+        method = sugar_method(CountingLM(lm), exemplars, k, seed)
+        prompts, params = [method.prompt(q) for q in questions], method.sampling
+        max_new, stop, extras = method.sample_tokens, method.stop, Extras()
+    grams, calls = None, 0
     lm.generate(prompts[:1], 1)  # untimed: encodes the shared few-shot prefix (once per dataset in a run)
     lm.forward_tokens = 0
     cuda = args.device.startswith("cuda")
@@ -65,22 +101,28 @@ def child(args) -> None:
         lm.torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
     if args.child == "batched":
-        samples = [lm.sample(p, SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP, extras) for p in prompts]
+        samples = [lm.sample(p, params, max_new, stop, extras) for p in prompts]
+        calls = len(prompts)
     elif args.child == "sequential":
-        samples = [[lm.sample(p, SamplingParams(n=1, seed=seed + j), MAX_NEW_TOKENS, STOP, extras)[0]
+        samples = [[lm.sample(p, replace(params, n=1, seed=seed + j), max_new, stop, extras)[0]
                     for j in range(k)] for p in prompts]
+        calls = k * len(prompts)
+    elif args.workload == "sugar":  # the method's own sampling step over the whole batch
+        sets, _ = method.sample(questions)
+        samples, calls = [s.samples for s in sets], method.ctx.lm.calls
     else:
-        sets = lm.sample_batch(prompts, SamplingParams(n=k, seed=seed), MAX_NEW_TOKENS, STOP, extras)
-        samples, grams = [s.samples for s in sets], [s.grams[str(LAYER)].tolist() for s in sets]
+        sets = lm.sample_batch(prompts, params, max_new, stop, extras)
+        samples, grams, calls = [s.samples for s in sets], [s.grams[str(LAYER)].tolist() for s in sets], 1
     if cuda:
         lm.torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     print(json.dumps({
-        "seconds": seconds, "forward_tokens": lm.forward_tokens,
+        "seconds": seconds, "forward_tokens": lm.forward_tokens, "calls": calls,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_gpu_mb": lm.torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
         "tokens": [[c.token_ids for c in row] for row in samples],
-        "finals": None if grams else [[c.final_hidden[0].tolist() for c in row] for row in samples],
+        "finals": None if grams or args.workload == "sugar" else [[c.final_hidden[0].tolist() for c in row]
+                                                                  for row in samples],
         "grams": grams,
     }))
 
@@ -95,7 +137,7 @@ def compare(reference: dict, other: dict) -> tuple[int, int, float | None, float
     for q, (ref_row, row) in enumerate(zip(reference["tokens"], other["tokens"])):
         matches = [a == b for a, b in zip(ref_row, row)]
         same, total = same + sum(matches), total + len(matches)
-        if not all(matches):
+        if not all(matches) or reference["finals"] is None:  # SUGAR's workload has no states
             continue
         ref_states = np.array(reference["finals"][q])
         if other["finals"] is not None:
@@ -110,35 +152,37 @@ def compare(reference: dict, other: dict) -> tuple[int, int, float | None, float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=["seakr", "sugar"], default="seakr",
+                        help="SeaKR's pseudo-step with final states, or SUGAR's one-shot answers (M = --k)")
     parser.add_argument("--k", type=int, nargs="+", default=[10, 20], help="samples per question")
     parser.add_argument("--questions", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model-dir", type=Path, default=MODEL)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_model_arguments(parser)
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args)
-    if not (args.model_dir / "config.json").is_file():
-        sys.exit(f"error: {args.model_dir} missing (no config.json); run `snakemake --cores all model` first, "
-                 f"or pass --model-dir DIR of a built model")
+    require_model(args.model_dir)
 
     def measure(mode: str, k: int) -> dict:
         command = [sys.executable, __file__, "--child", mode, "--k", str(k), "--questions", str(args.questions),
-                   "--threads", str(args.threads), "--seed", str(args.seed), "--model-dir", str(args.model_dir),
-                   "--device", args.device, "--dtype", args.dtype]
+                   "--seed", str(args.seed), "--workload", args.workload, *model_argv(args)]
         out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     runs = {(k, mode): measure(mode, k) for k in args.k for mode in MODES}
-    print(f"\n{args.questions} demo questions (chat prompts, 8 exemplars), SmolLM2-135M {args.dtype} on {args.device}, {args.threads} threads, "
-          f"one sentence of at most {MAX_NEW_TOKENS} new tokens, final state at layer {LAYER}, seed {args.seed}\n")
+    if args.workload == "sugar":
+        what = ("SUGAR's one-shot `Q: ... A:` chat prompts, temperature 1.0, no top-k/top-p, at most 32 new "
+                "tokens, log-probabilities only; sample_batch = the method's own sampling step")
+    else:
+        what = (f"chat prompts, 8 exemplars, one sentence of at most {MAX_NEW_TOKENS} new tokens, final state at "
+                f"layer {LAYER}")
+    print(f"\n{args.questions} demo questions, {what}; SmolLM2-135M {args.dtype} on {args.device}, "
+          f"{args.threads} threads, seed {args.seed}\n")
     gpu = args.device.startswith("cuda")
-    print("| k | mode | wall s | sampled tokens | sampled tokens/s | forward tokens | speed-up over sequential | "
-          "identical to sequential | peak RSS (MB) |" + (" peak GPU memory (MB) |" if gpu else ""))
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""))
+    print("| k | mode | engine calls | wall s | sampled tokens | sampled tokens/s | forward tokens | speed-up over "
+          "sequential | identical to sequential | peak RSS (MB) |" + (" peak GPU memory (MB) |" if gpu else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else ""))
     notes = []
     for k in args.k:
         reference = runs[(k, "sequential")]
@@ -156,8 +200,8 @@ def main() -> None:
                     notes.append(f"k={k}: sample_batch Grams vs the Grams of the sequential final states: max "
                                  f"relative difference {gram_diff:.1e}; {r['seconds'] / args.questions:.2f} s "
                                  f"per prompt")
-            label = f"{mode} (all {args.questions} prompts, 1 call)" if mode == "sample_batch" else mode
-            print(f"| {k} | {label} | {r['seconds']:.1f} | {sampled} | {sampled / r['seconds']:.1f} | "
+            label = f"{mode} (all {args.questions} prompts)" if mode == "sample_batch" else mode
+            print(f"| {k} | {label} | {r['calls']} | {r['seconds']:.1f} | {sampled} | {sampled / r['seconds']:.1f} | "
                   f"{r['forward_tokens']} | {reference['seconds'] / r['seconds']:.2f}x | {identical} | "
                   f"{r['peak_rss_mb']:.0f} |" + (f" {r['peak_gpu_mb']:.0f} |" if gpu else ""))
     print()

@@ -357,3 +357,45 @@ def test_scaar_on_the_api_backend_decides_like_the_white_box_run(api, hf):
     assert [a.output for a in runs["api"]] == [a.output for a in runs["hf"]]
     assert [a.counters() for a in runs["api"]] == [a.counters() for a in runs["hf"]]
     assert sum(a.retrievals for a in runs["hf"]) > 0  # the comparison covers retrieval decisions
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `server`)
+def test_sugar_on_the_api_backend_routes_every_question_like_the_white_box_run(api, hf):
+    """SUGAR needs sampled answers with their log-probabilities and, with the `lm` judge, forced-choice
+    scores: through the real `serve` process every question gets the same samples, clusters, semantic
+    entropy and branch as in-process, and the same answer and counters. The thresholds are put between
+    the in-process entropies so that the comparison covers more than one branch."""
+    from conftest import REPO
+    from adaptive_rag.settings import Section
+    from adaptive_rag.data.datasets import load_dataset
+    from adaptive_rag.methods.base import Context
+    from adaptive_rag.methods.sugar import Sugar
+    from adaptive_rag.prompts.fewshot import load_exemplars
+
+    examples = load_dataset("hotpotqa", REPO / "data/demo/hotpot_demo.json")[:6]
+    exemplars = load_exemplars(REPO / "data/demo/exemplars.json", 2)
+
+    def run(lm, thresholds):
+        section = Section({"samples": 4, "max_sample_tokens": 1, "temperature": 0.02, "judge": "lm",
+                           "thresholds": thresholds,
+                           "multi": {"max_steps": 2}}, "methods.sugar", "params.yaml")
+        ctx = Context(lm=lm, exemplars=exemplars, prompt_format="raw", max_new_tokens=12,
+                      retriever=OverlapRetriever(), answer_fallback_tokens=6)
+        return Sugar(Sugar.read_settings(section), ctx).answer_batch(examples)
+
+    # near-greedy one-token samples: a random tiny model then agrees with itself on some questions only
+    entropies = sorted(a.steps[0]["se"] for a in run(hf, [100.0, 100.0]))
+    assert entropies[-1] - entropies[0] > 1e-3, "the tiny model's entropies do not spread: no branch to compare"
+    # midway between neighbouring values, so no entropy sits on a threshold (ties would hang on float noise)
+    cuts = sorted({(a + b) / 2 for a, b in zip(entropies, entropies[1:]) if b - a > 1e-3})
+    thresholds = [cuts[0], cuts[-1]] if len(cuts) > 1 else [cuts[0], 100.0]
+    runs = {name: run(lm, thresholds) for name, lm in (("api", api), ("hf", hf))}
+    keys = ("samples", "clusters", "branch", "judge_calls")
+    routes = {name: [({k: a.steps[0][k] for k in keys}, a.steps[0]["se"]) for a in answers]
+              for name, answers in runs.items()}
+    for (api_route, api_se), (hf_route, hf_se) in zip(routes["api"], routes["hf"]):
+        assert api_route == hf_route
+        assert api_se == pytest.approx(hf_se, abs=1e-4)
+    assert [a.output for a in runs["api"]] == [a.output for a in runs["hf"]]
+    assert [a.counters() for a in runs["api"]] == [a.counters() for a in runs["hf"]]
+    assert len({route["branch"] for route, _ in routes["hf"]}) >= 2  # more than one branch compared

@@ -57,6 +57,13 @@ def test_repository_params_are_valid(base):
         (lambda d: d["methods"]["flare"].update(theta=float("nan")), "methods.flare.theta: expected a finite number"),
         (lambda d: d["methods"]["scaar"].update(theta=float("inf")), "methods.scaar.theta: expected a finite number"),
         (lambda d: d["retrieval"]["bm25"].update(k1=float("-inf")), "retrieval.bm25.k1: expected a finite number"),
+        # the report's uncertainty settings (docs/statistics.md)
+        (lambda d: d["report"].update(resampels=100), "report.resampels: unknown key"),
+        (lambda d: d["report"].update(confidence=95), "report.confidence: expected a level between 0.5 and 1"),
+        (lambda d: d["report"].update(confidence="high"), "report.confidence: expected a finite number"),
+        (lambda d: d["report"].update(resamples=10), "report.resamples: expected an integer >= 100"),
+        (lambda d: d["report"].update(seed=1.5), "report.seed: expected an integer"),
+        (lambda d: d["experiment"].update(baseline="seakr"), "experiment.baseline: names 'seakr', which is not among"),
     ],
 )
 def test_invalid_params_name_the_key(base, mutate, message):
@@ -66,6 +73,21 @@ def test_invalid_params_name_the_key(base, mutate, message):
         parse_params(data, "params.yaml")
     assert message in str(err.value)
     assert str(err.value).startswith("params.yaml: ")
+
+
+def test_report_settings_and_the_experiment_baseline_have_defaults(base):
+    params = parse_params(base)
+    assert (params.report.confidence, params.report.resamples, params.report.seed) == (0.95, 10_000, 0)
+    assert params.experiment_baseline == "wo-rag"
+    del base["report"], base["experiment"]["baseline"]
+    params = parse_params(base)
+    assert params.report == type(params.report)() and params.experiment_baseline == "wo-rag"  # the wo-rag type
+    base["experiment"]["methods"] = ["sr-rag", "flare"]
+    assert parse_params(base).experiment_baseline is None  # no wo-rag run: nothing to compare with
+    base["experiment"]["baseline"] = "sr-rag"
+    assert parse_params(base).experiment_baseline == "sr-rag"
+    base["experiment"]["baseline"] = None
+    assert parse_params(base).experiment_baseline is None
 
 
 def test_method_entry_may_be_empty_and_type_defaults_to_name(base):

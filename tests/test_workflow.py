@@ -64,7 +64,9 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
                  "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/figures/retrievals.png"):
         assert (sm / name).stat().st_size > 0, name
     table = (sm / "reports/tables/scores.csv").read_text().splitlines()
-    assert table[0] == "dataset,method,questions,em,f1,acc,N_R,S_eff ×100,Rc,Gc,Hc,Tc,Sc,answer_found"
+    assert table[0] == ("dataset,method,questions,em,f1,acc,N_R,S_eff ×100,Rc,Gc,Hc,Tc,Sc,answer_found,"
+                        "em_lo,em_hi,f1_lo,f1_hi,acc_lo,acc_hi,baseline,d_em,d_em_lo,d_em_hi,p_em,"
+                        "d_f1,d_f1_lo,d_f1_hi,p_f1,d_acc,d_acc_lo,d_acc_hi,p_acc")
     assert len(table) == 7  # the six methods of the demo experiment
     for method in ("fl-rag", "fs-rag", "flare", "dragin"):
         for trace in read_jsonl(sm / f"data/runs/demo/{method}/trace.jsonl"):

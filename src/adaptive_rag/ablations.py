@@ -20,6 +20,9 @@ markdown, LaTeX and CSV, and a figure chosen by `plot`.
 `time_baseline` adds `time_rel` (SUGAR's Time: mean wall time per question relative to a single-step
 run on the same questions). It defaults to `sr-rag` when one variant runs that configuration (the
 variant is then the baseline, so its own `time_rel` is 1); `time_baseline: null` turns it off.
+
+Every variant's EM, F1 and acc are also compared with one run by a paired test (`compare_to`): the
+`baseline:` when declared, else the one variant made from a wo-rag configuration, else none.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ PLOTS = ("grid", "lines", "table", "significance", "uncertainty-sweep", "sugar-e
 SPECIAL = ("significance", "uncertainty-sweep", "sugar-entropy")  # kinds with their own rule, not variants
 SEPARATOR = "--"
 TIME_BASELINE = "sr-rag"  # SUGAR's Time is relative to single-step retrieval
+BASELINE_TYPE = "wo-rag"  # what a table compares with when none is named: the run without retrieval
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class Ablation:
     k_max: int | None = None  # `uncertainty-sweep`: samples per question (SeaKR Figure 3)
     base: str | None = None  # `uncertainty-sweep`: the configuration swept; `sugar-entropy`: whose runs are drawn
     time_baseline: str | None = None  # the run `time_rel` divides by (a variant's, or a configuration's own)
+    compare_to: str | None = None  # the run every variant is tested against (paired test, intervals)
 
     @property
     def runs(self) -> list[str]:
@@ -137,7 +142,8 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
             variants.append(Variant(method_name, base, values))
         time_baseline = _time_baseline(s, variants, methods_section_data)
         s.done()
-        ablations[name] = Ablation(name, names, variants, axes, plot, x, baseline, time_baseline=time_baseline)
+        ablations[name] = Ablation(name, names, variants, axes, plot, x, baseline, time_baseline=time_baseline,
+                                   compare_to=_compare_to(baseline, variants, methods_section_data))
     return ablations, generated
 
 
@@ -152,6 +158,16 @@ def _time_baseline(s, variants: list[Variant], methods_section_data: dict) -> st
     if len(made) == 1:
         return made[0]
     return name if explicit else None
+
+
+def _compare_to(baseline: str | None, variants: list[Variant], methods_section_data: dict) -> str | None:
+    """The run the tables' paired test compares each variant with: the declared `baseline:` (that
+    configuration's own run), else the one variant made from a wo-rag configuration (SeaKR's and SUGAR's
+    tables list the no-retrieval run among their rows), else none."""
+    if baseline is not None:
+        return baseline
+    made = [v.method for v in variants if (methods_section_data[v.base] or {}).get("type", v.base) == BASELINE_TYPE]
+    return made[0] if len(made) == 1 else None
 
 
 def _significance(name, s, names, methods_section_data, validate) -> Ablation:

@@ -186,17 +186,22 @@ def cmd_report(args) -> None:
 
     if bool(args.retrievals_md) != bool(args.retrievals_csv):
         raise ConfigError("--retrievals-md and --retrievals-csv go together")
+    from .reports.compare import note, printable
+
     paths = [Path(p) for p in args.scores]
-    frame = collect_scores(paths, load_params(args.params))
-    write_tables(frame, Path(args.table_md), Path(args.table_csv), Path(args.table_tex) if args.table_tex else None)
-    plot_scores(frame, Path(args.figure))
+    params = load_params(args.params)
+    frame = collect_scores(paths, params)
+    write_tables(frame, Path(args.table_md), Path(args.table_csv), Path(args.table_tex) if args.table_tex else None,
+                 note=note(frame, params.report))
+    plot_scores(frame, Path(args.figure), params.report.confidence)
     if args.retrievals_md or args.retrievals_figure:
         long = retrieval_distribution(paths)
         if args.retrievals_md:
             write_tables(distribution_table(long), Path(args.retrievals_md), Path(args.retrievals_csv))
         if args.retrievals_figure:
             plot_retrievals(long, Path(args.retrievals_figure))
-    print(frame.to_string(index=False))
+    print(printable(frame))
+    print(note(frame, params.report))
 
 
 TABLE_START, TABLE_END = "<!-- methods-table:start -->", "<!-- methods-table:end -->"
@@ -225,6 +230,7 @@ def cmd_methods(args) -> None:
 def cmd_ablation(args) -> None:
     from .errors import InputError
     from .reports.ablations import ablation_frame, write_ablation
+    from .reports.compare import note, printable
 
     params = load_params(args.params)
     if args.name not in params.ablations:
@@ -232,9 +238,10 @@ def cmd_ablation(args) -> None:
                          f"(defined: {', '.join(params.ablations) or 'none'})")
     ablation = params.ablations[args.name]
     frame = ablation_frame(ablation, [Path(p) for p in args.scores], params)
-    for path in write_ablation(ablation, frame, Path(args.out_prefix)):
+    for path in write_ablation(ablation, frame, Path(args.out_prefix), params.report):
         print(f"wrote {path}")
-    print(frame.drop(columns=["run"]).to_string(index=False))
+    print(printable(frame.drop(columns=["run"])))
+    print(note(frame, params.report))
 
 
 def cmd_significance(args) -> None:
@@ -345,8 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     # `serve` has its own parser (adaptive_rag.lm.serve); listed here so --help shows it.
     sub.add_parser("serve", help="serve a white-box model as an OpenAI-compatible API returning tokens and "
                                  "logprobs (see `adaptive-rag serve --help`)", add_help=False)
-    p = step("report", cmd_report, "tables (markdown, CSV, LaTeX: EM, F1, N_R, S_eff, Rc..Sc) and figures "
-                                   "from score files")
+    p = step("report", cmd_report, "tables (markdown, CSV, LaTeX: EM, F1, acc with bootstrap intervals, the paired "
+                                   "difference from experiment.baseline, N_R, S_eff, Rc..Sc) and figures from score "
+                                   "files")
     p.add_argument("--scores", nargs="+", required=True)
     for flag in ("--table-md", "--table-csv", "--figure"):
         p.add_argument(flag, required=True)

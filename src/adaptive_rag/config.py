@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
-from .ablations import SEPARATOR, check_no_clash, parse_ablations
+from .ablations import BASELINE_TYPE, SEPARATOR, check_no_clash, parse_ablations
 from .data.datasets import LOADERS
 from .errors import ConfigError, InputError
+from .evaluation.intervals import ReportConfig
 from .lm.capabilities import BACKEND_CAPABILITIES, DTYPES, missing
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import resolve_exemplars
@@ -153,6 +154,9 @@ class Params:
     downloads: dict[str, DownloadConfig] = field(default_factory=dict)
     mirrors: tuple[str, ...] = ()
     ablations: dict = field(default_factory=dict)  # name -> ablations.Ablation
+    # the experiment's run every other is compared with (paired test, per dataset); None: no comparison
+    experiment_baseline: str | None = None
+    report: ReportConfig = field(default_factory=ReportConfig)
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     source: str = field(default="params.yaml", compare=False)  # the file, for error messages
 
@@ -257,6 +261,31 @@ def _retrieval(s: Section) -> RetrievalConfig:
     for section in (bm25, dense, s):
         section.done()
     return cfg
+
+
+def _report(s: Section) -> ReportConfig:
+    """`report:`: how tables state their uncertainty. Optional, so a params file without it gets the
+    defaults; resamples below 100 would make the interval's endpoints mostly noise."""
+    default = ReportConfig()
+    cfg = ReportConfig(confidence=s.float("confidence", default.confidence),
+                       resamples=s.int("resamples", default.resamples, minimum=100),
+                       seed=s.int("seed", default.seed))
+    if not 0.5 <= cfg.confidence < 1:
+        raise s.fail("confidence", f"expected a level between 0.5 and 1 (e.g. 0.95), got {cfg.confidence}")
+    s.done()
+    return cfg
+
+
+def _experiment_baseline(s: Section, exp_methods: list[str], methods: dict[str, MethodConfig]) -> str | None:
+    """`experiment.baseline`: named, or by default the first experiment method of type wo-rag (the
+    no-retrieval run every adaptive method claims to improve on); `null` turns comparisons off."""
+    if "baseline" not in s.data:
+        return next((m for m in exp_methods if methods[m].type == BASELINE_TYPE), None)
+    name = s.raw("baseline")
+    if name is not None and name not in exp_methods:
+        raise s.fail("baseline", f"names {show(name)}, which is not among experiment.methods "
+                                 f"({', '.join(exp_methods)}): add it there, or set baseline: null for no comparison")
+    return name
 
 
 def _downloads(s: Section) -> dict[str, DownloadConfig]:
@@ -423,13 +452,14 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     for name in exp_methods:
         if name not in methods:
             raise experiment.fail("methods", f"names {name!r}, which is not under methods: ({', '.join(methods)})")
+    exp_baseline = _experiment_baseline(experiment, exp_methods, methods)
     experiment.done()
     _check_calibrations(methods, datasets, planned_runs((exp_datasets, exp_methods), ablations), source)
     params = Params(
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
-        experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations, raw=data,
-        source=source,
+        experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations,
+        experiment_baseline=exp_baseline, report=_report(top.section("report", {})), raw=data, source=source,
     )
     top.done()
     return params

@@ -22,6 +22,7 @@ rule ablation:
         png=f"{ABLATION_PREFIX}.png",
     params:
         prefix=ABLATION_PREFIX,
+        settings=settings_key(P.report),  # the intervals' settings: rerun when they change
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot not in SPECIAL_PLOTS) or "(?!)",
     log:

@@ -9,6 +9,8 @@ rule report:
         retrievals_md="reports/tables/retrievals.md",
         retrievals_csv="reports/tables/retrievals.csv",
         retrievals_figure="reports/figures/retrievals.png",
+    params:
+        settings=settings_key(P.report, P.experiment_baseline),  # intervals and baseline: rerun when they change
     log:
         "logs/report.log",
     shell:

@@ -2,31 +2,45 @@
 columns; `time_rel` too when it has a time baseline) and its figure: `grid` (SCAAR Table 3 /
 Figure 2: F1 heatmaps of weighting x query per threshold, and how often each weighting and each
 query wins), `lines` (a metric against one varied setting, e.g. F1 and S_eff vs threshold, F1 vs
-alpha), or `table` (F1 and N_R per variant as bars)."""
+alpha), or `table` (F1 and N_R per variant as bars).
+
+Like the main table, every EM, F1 and acc has its bootstrap interval and, when the ablation has a run
+to compare with (`Ablation.compare_to`), a paired test against it; the figures draw the intervals.
+A `grid` counts a win only for a cell significantly better than every other in its group
+(`evaluation.intervals.best_of`), and shows the statistical ties for best separately.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .figures import save
+from ..errors import InputError
+from ..evaluation.intervals import ReportConfig, best_of, paired_values
+from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, interval_columns, note
+from .figures import interval_bars, save, theme
 from .tables import load_scores, s_eff, s_eff_metric, time_rel
 
 METRICS = ("em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc")
+GRID_KEYS = ("weighting", "query")  # a grid's win counts: which weighting, which query is best
+OUTCOMES = {"win": "significant win", "tie": "tie for best"}
 
 
 def ablation_frame(ablation, score_paths: list[Path], params):
     import pandas as pd
 
+    settings = params.report
     scores = {(d["dataset"], d["method"]): d for d in load_scores(score_paths)}
     metrics = list(METRICS)
     if ablation.time_baseline:
         metrics.insert(metrics.index("S_eff") + 1, "time_rel")
     if any("Ks" in d["summary"] for d in scores.values()):  # some variant samples: show how much
         metrics.insert(metrics.index("Gc") + 1, "Ks")
+    label = compare_label(ablation)
     rows = []
     for dataset in ablation.datasets:
         base = scores.get((dataset, ablation.baseline)) if ablation.baseline else None
         timing = _score(scores, dataset, ablation.time_baseline) if ablation.time_baseline else None
+        compared = _score(scores, dataset, ablation.compare_to) if ablation.compare_to else None
         metric = s_eff_metric(params.dataset(dataset).format)
         for variant in ablation.variants:
             data = _score(scores, dataset, variant.method)
@@ -35,109 +49,189 @@ def ablation_frame(ablation, score_paths: list[Path], params):
             row["S_eff"] = s_eff(data, base, metric) if base is not None else None
             if timing is not None:
                 row["time_rel"] = time_rel(data, timing)
+            row.update(interval_columns(data, settings))
+            if compared is not None:
+                row.update(comparison_columns(data, compared, label, settings))
             row["run"] = variant.method  # the generated configuration (data/runs/<dataset>/<run>)
             rows.append(row)
-    return pd.DataFrame(rows)[["dataset", *ablation.vary, *metrics, "run"]]
+    frame = pd.DataFrame(rows)
+    grid = []
+    if ablation.plot == "grid":
+        for key in GRID_KEYS:
+            frame[f"{key}_best"] = grid_outcomes(frame, scores, ablation, key, settings)
+            grid.append(f"{key}_best")
+    comparison = COMPARISON_COLUMNS if ablation.compare_to else []
+    return frame[["dataset", *ablation.vary, *metrics, *grid, *INTERVAL_COLUMNS, *comparison, "run"]]
+
+
+def compare_label(ablation) -> str | None:
+    """How the tables name the run compared with: the baseline configuration, or the variant's values."""
+    for variant in ablation.variants:
+        if variant.method == ablation.compare_to:
+            return ", ".join(str(v) for v in variant.values.values())
+    return ablation.compare_to
+
+
+def grid_outcomes(frame, scores: dict, ablation, key: str, settings) -> list[str]:
+    """Per row: "win" / "tie" / "" for its `key` value among the rows that differ from it in `key`
+    only (same dataset and other settings), by the paired test on F1 (`best_of`)."""
+    others = ["dataset", *(k for k in ablation.vary if k != key)]
+    outcome = [""] * len(frame)
+    for _, group in frame.groupby(others, sort=False):
+        first = scores[(group["dataset"].iloc[0], group["run"].iloc[0])]
+        candidates = {}
+        for index, run in zip(group.index, group["run"]):
+            candidates[index] = paired_values(scores[(group["dataset"].iloc[0], run)], first, "f1")[0]
+        for index, result in best_of(candidates, settings.confidence, settings.resamples, settings.seed).items():
+            outcome[frame.index.get_loc(index)] = result
+    return outcome
+
+
+def win_counts(frame, key: str, values: list[str]):
+    """Rows: each value of `key`; columns: how many groups it won outright, and how many it tied for best."""
+    import pandas as pd
+
+    column = frame[f"{key}_best"]
+    return pd.DataFrame({label: frame.loc[column == outcome, key].value_counts().reindex(values, fill_value=0)
+                         for outcome, label in OUTCOMES.items()})
 
 
 def _score(scores: dict, dataset: str, method: str) -> dict:
     data = scores.get((dataset, method))
     if data is None:
-        raise FileNotFoundError(f"no score file for {dataset}/{method} among the inputs")
+        raise InputError(f"no score file for {dataset}/{method} among the inputs")
     return data
 
 
-def write_ablation(ablation, frame, prefix: Path) -> list[Path]:
+def write_ablation(ablation, frame, prefix: Path, settings=None) -> list[Path]:
+    """The table (.md, .csv, .tex) and the figure (.png); `settings` (params.report, its defaults when
+    None) are those the frame's intervals were computed with, for the note and the figure's labels."""
     from .tables import write_tables
 
+    settings = settings or ReportConfig()
     prefix.parent.mkdir(parents=True, exist_ok=True)
     paths = [prefix.with_suffix(s) for s in (".md", ".csv", ".tex", ".png")]
-    write_tables(frame, paths[0], paths[1], paths[2])
-    {"grid": plot_grid, "lines": plot_lines, "table": plot_bars}[ablation.plot](ablation, frame, paths[3])
+    write_tables(frame, paths[0], paths[1], paths[2], note=note(frame, settings))
+    {"grid": plot_grid, "lines": plot_lines, "table": plot_bars}[ablation.plot](ablation, frame, paths[3], settings)
     return paths
-
-
-def _theme():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid")
-    return sns
 
 
 def _label(frame, keys):
     return frame[list(keys)].astype(str).agg(", ".join, axis=1) if keys else frame["run"]
 
 
-def plot_lines(ablation, frame, path: Path) -> None:
-    import matplotlib.pyplot as plt
+def _ci_label(metric: str, settings) -> str:
+    return f"{metric} (bars: {settings.confidence:.0%} bootstrap interval)"
 
-    sns = _theme()
+
+def plot_lines(ablation, frame, path: Path, settings) -> None:
+    """One line per setting of the other varied keys; F1 with its intervals as error bars (dodged a
+    little sideways so that equal points stay readable), S_eff (no interval) beside it."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sns = theme()
     others = [k for k in ablation.vary if k != ablation.x]
-    data = frame.assign(setting=_label(frame, others), x=frame[ablation.x].astype(float)
-                        if _numeric(frame[ablation.x]) else frame[ablation.x])
+    numeric = _numeric(frame[ablation.x])
+    order = [str(v) for v in ablation.vary[ablation.x]]
+    data = frame.assign(setting=_label(frame, others),
+                        x=frame[ablation.x].astype(float) if numeric else frame[ablation.x].map(order.index))
     metrics = [m for m in ("f1", "S_eff") if data[m].notna().any()]
+    settings_order = list(dict.fromkeys(data["setting"]))
+    palette = dict(zip(settings_order, sns.color_palette(n_colors=len(settings_order))))
+    span = (data["x"].max() - data["x"].min()) or 1.0
     figure, axes = plt.subplots(len(ablation.datasets), len(metrics), squeeze=False,
                                 figsize=(5.2 * len(metrics), 3.8 * len(ablation.datasets)))
     for i, dataset in enumerate(ablation.datasets):
         for j, metric in enumerate(metrics):
             ax = axes[i][j]
             part = data[data["dataset"] == dataset].dropna(subset=[metric])
-            sns.lineplot(data=part, x="x", y=metric, hue="setting", marker="o", ax=ax)
+            for k, setting in enumerate(settings_order):
+                line = part[part["setting"] == setting].sort_values("x")
+                if line.empty:
+                    continue
+                x = line["x"].to_numpy(float) + (k - (len(settings_order) - 1) / 2) * 0.012 * span
+                y = line[metric].to_numpy(float)
+                error = None
+                if f"{metric}_lo" in line:
+                    lo, hi = line[f"{metric}_lo"].to_numpy(float), line[f"{metric}_hi"].to_numpy(float)
+                    error = np.vstack([y - lo, hi - y])
+                ax.errorbar(x, y, yerr=error, marker="o", capsize=3, color=palette[setting], label=setting)
+            if not numeric:
+                ax.set_xticks(range(len(order)), order)
             ax.set_xlabel(ablation.x)
-            ax.set_ylabel({"f1": "F1", "S_eff": "S_eff ×100 = 100 (score - wo-RAG score) / N_R"}.get(metric, metric))
+            ylabel = {"f1": _ci_label("F1", settings),
+                      "S_eff": "S_eff ×100 = 100 (score - wo-RAG score) / N_R"}.get(metric, metric)
+            ax.set_ylabel(ylabel)
             ax.set_title(f"{ablation.name} on {dataset}")
             ax.legend(title=", ".join(others) or "setting", fontsize=8)
     figure.tight_layout()
     save(figure, path)
 
 
-def plot_bars(ablation, frame, path: Path) -> None:
+def plot_bars(ablation, frame, path: Path, settings) -> None:
+    """F1 per variant with its interval, and N_R (a count, no interval), one bar per dataset."""
     import matplotlib.pyplot as plt
 
-    sns = _theme()
+    theme()
     data = frame.assign(setting=_label(frame, list(ablation.vary)))
-    figure, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(ablation.variants) + 2.5))
-    for ax, metric, label in ((axes[0], "f1", "F1"), (axes[1], "N_R", "N_R (mean retrievals per question)")):
-        sns.barplot(data=data, y="setting", x=metric, hue="dataset", ax=ax)
-        ax.set_xlabel(label)
+    labels = list(dict.fromkeys(data["setting"]))
+    figure, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(ablation.variants) * max(1, len(ablation.datasets) / 2)
+                                               + 2.5))
+    for ax, metric, title in ((axes[0], "f1", _ci_label("F1", settings)),
+                              (axes[1], "N_R", "N_R (mean retrievals per question)")):
+        series = []
+        for dataset in ablation.datasets:
+            part = data[data["dataset"] == dataset].set_index("setting").reindex(labels)
+            bounds = (part[f"{metric}_lo"], part[f"{metric}_hi"]) if f"{metric}_lo" in part else (None, None)
+            series.append((dataset, part[metric].astype(float), *bounds))
+        interval_bars(ax, labels, series, horizontal=True)
+        ax.margins(x=0.12)  # room for the value written beyond each error bar
+        ax.set_xlabel(title)
         ax.set_ylabel(", ".join(ablation.vary))
-        for container in ax.containers:
-            ax.bar_label(container, fmt="%.2f", fontsize=8)
+        ax.legend(title="dataset", fontsize=8, loc="lower right")
     figure.suptitle(ablation.name)
+    figure.tight_layout()
     save(figure, path)
 
 
-def plot_grid(ablation, frame, path: Path) -> None:
-    """Heatmaps of F1 (weighting x query) per threshold, and win counts: for every (query, threshold)
-    which weighting scores best, and for every (weighting, threshold) which query does."""
+def plot_grid(ablation, frame, path: Path, settings) -> None:
+    """Heatmaps of F1 with its interval (weighting x query) per threshold, and per weighting (query) how
+    many (query, threshold) groups it wins outright, by the paired test, and how many it ties for best."""
     import matplotlib.pyplot as plt
 
-    sns = _theme()
+    sns = theme()
     thetas = list(ablation.vary.get("theta", [None]))
     rows = len(ablation.datasets)
-    figure, axes = plt.subplots(rows, len(thetas) + 2, squeeze=False, figsize=(4.2 * (len(thetas) + 2), 3.8 * rows))
+    alpha = 1 - settings.confidence
+    figure, axes = plt.subplots(rows, len(thetas) + 2, squeeze=False, figsize=(4.4 * (len(thetas) + 2), 4.2 * rows))
     for i, dataset in enumerate(ablation.datasets):
         part = frame[frame["dataset"] == dataset]
         for j, theta in enumerate(thetas):
             cell = part if theta is None else part[part["theta"] == str(theta)]
+            index, columns = [str(v) for v in ablation.vary["weighting"]], [str(v) for v in ablation.vary["query"]]
             table = cell.pivot_table(index="weighting", columns="query", values="f1", aggfunc="mean")
-            table = table.reindex(index=[str(v) for v in ablation.vary["weighting"]],
-                                  columns=[str(v) for v in ablation.vary["query"]])
-            sns.heatmap(table, annot=True, fmt=".3f", cmap="viridis", cbar=False, ax=axes[i][j])
-            axes[i][j].set_title(f"{dataset}: F1, theta = {theta}")
-        for j, (winner, over) in enumerate((("weighting", "query"), ("query", "weighting"))):
+            table = table.reindex(index=index, columns=columns)
+            text = cell.assign(text=[f"{v:.3f}\n[{lo:.2f}, {hi:.2f}]" for v, lo, hi in
+                                     zip(cell["f1"], cell["f1_lo"], cell["f1_hi"])])
+            text = text.pivot_table(index="weighting", columns="query", values="text", aggfunc="first")
+            text = text.reindex(index=index, columns=columns).fillna("")
+            sns.heatmap(table, annot=text.to_numpy(), fmt="", annot_kws={"fontsize": 8}, cmap="viridis", cbar=False,
+                        ax=axes[i][j])
+            axes[i][j].set_title(f"{dataset}: F1 [{settings.confidence:.0%} interval], theta = {theta}", fontsize=9)
+        for j, key in enumerate(GRID_KEYS):
             ax = axes[i][len(thetas) + j]
-            group = [over] + (["theta"] if "theta" in part else [])
-            best = part.groupby(group)["f1"].transform("max")
-            wins = part.loc[part["f1"] == best, winner].value_counts()  # a tie is a win for each tied cell
-            wins = wins.reindex([str(v) for v in ablation.vary[winner]], fill_value=0)
-            sns.barplot(x=wins.index, y=wins.values, ax=ax)
-            ax.set_xlabel(winner)
-            ax.set_ylabel(f"wins (best F1 per {' x '.join(group)})")
-            ax.set_title(f"{dataset}: {winner} wins (ties: each)")
+            group = [k for k in ablation.vary if k != key]
+            counts = win_counts(part, key, [str(v) for v in ablation.vary[key]])
+            long = counts.rename_axis(key).reset_index().melt(id_vars=key, var_name="outcome", value_name="groups")
+            sns.barplot(data=long, x=key, y="groups", hue="outcome", hue_order=list(OUTCOMES.values()),
+                        errorbar=None, ax=ax)
+            ax.set_xlabel(key)
+            ax.set_ylabel(f"groups (one per {' x '.join(group)})")
+            ax.yaxis.get_major_locator().set_params(integer=True)
+            ax.set_title(f"{dataset}: best {key} by F1\nwin: above every other, paired p < {alpha:.2g}; "
+                         f"tie: best or not\nsignificantly below the best", fontsize=9)
+            ax.legend(fontsize=8)
     figure.tight_layout()
     save(figure, path)
 

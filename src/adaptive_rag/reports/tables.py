@@ -5,6 +5,9 @@ score for multi-hop span datasets and EM for StrategyQA (yes/no), reported times
 the scale the paper's tables print (FS-RAG, 2Wiki, 13B: (0.4701 - 0.2779) / 3.48 = 0.0552, printed
 5.52); the column header says so. It is computed here, not in the score step, because it needs the
 wo-RAG run of the same dataset.
+
+Every EM, F1 and acc comes with its bootstrap interval, and every run is compared with
+`experiment.baseline` on the same questions (`reports.compare`, `evaluation.intervals`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from ..evaluation.intervals import ReportConfig
 from ..io import atomic_write, read_json
+from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, compact, interval_columns
 
 COLUMNS = ("dataset", "method", "questions", "em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc",
            "answer_found")
@@ -66,15 +71,19 @@ def time_rel(score: dict, baseline: dict) -> float | None:
 
 
 def collect_scores(paths: list[Path], params=None):
-    """One row per score file; S_eff needs `params` (dataset formats, which method is wo-RAG)."""
+    """One row per score file, with intervals (`params.report`, defaults without params); S_eff and the
+    comparison with `experiment.baseline` need `params` (dataset formats, which method is wo-RAG)."""
     import pandas as pd
 
     scores = load_scores(paths)
+    settings = params.report if params is not None else ReportConfig()
     baselines = {}
     if params is not None:
         for data in scores:
             if data["method"] in params.methods and params.method(data["method"]).type == BASELINE_TYPE:
                 baselines.setdefault(data["dataset"], data)
+    compare_to = params.experiment_baseline if params is not None else None
+    compared = _compared(scores, compare_to, params) if compare_to else {}
     rows = []
     for data in scores:
         row = {"dataset": data["dataset"], "method": data["method"], **data["summary"]}
@@ -82,12 +91,30 @@ def collect_scores(paths: list[Path], params=None):
         row["S_eff"] = None
         if base is not None and base is not data:
             row["S_eff"] = s_eff(data, base, s_eff_metric(params.dataset(data["dataset"]).format))
+        row.update(interval_columns(data, settings))
+        if compare_to:
+            row.update(comparison_columns(data, compared[data["dataset"]], compare_to, settings))
         rows.append(row)
     frame = pd.DataFrame(rows)
-    for column in COLUMNS:
+    columns = [*COLUMNS, *INTERVAL_COLUMNS, *(COMPARISON_COLUMNS if compare_to else [])]
+    for column in columns:
         if column not in frame:
             frame[column] = None
-    return frame[list(COLUMNS)]
+    return frame[columns]
+
+
+def _compared(scores: list[dict], method: str, params) -> dict[str, dict]:
+    """The baseline's score per dataset; every dataset in the table needs one."""
+    found = {}
+    for data in scores:
+        if data["method"] == method:
+            found.setdefault(data["dataset"], data)
+    for dataset in dict.fromkeys(d["dataset"] for d in scores):
+        if dataset not in found:
+            raise InputError(f"no score file for {dataset}/{method} among the inputs: {params.source}: "
+                             f"experiment.baseline is {method!r}, every run is compared with it on its "
+                             f"dataset (pass its score file, or set experiment.baseline: null)")
+    return found
 
 
 def retrieval_distribution(paths: list[Path]):
@@ -112,14 +139,21 @@ def distribution_table(long):
     return wide.reset_index()
 
 
-def write_tables(frame, markdown: Path, csv: Path | None, latex: Path | None = None) -> None:
-    frame = frame.rename(columns=HEADERS)
+def write_tables(frame, markdown: Path, csv: Path | None, latex: Path | None = None,
+                 note: str | None = None) -> None:
+    """CSV: every number in its own column; markdown and LaTeX: intervals as compact cells
+    (`reports.compare`), `note` under the markdown table and as a comment atop the LaTeX."""
     if csv is not None:
         with atomic_write(csv) as handle:
-            frame.to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
+            frame.rename(columns=HEADERS).to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
+    frame = compact(frame).rename(columns=HEADERS)
     shown = frame.astype(object).where(frame.notna(), None)  # NaN (e.g. S_eff without retrievals) -> "–"
     with atomic_write(markdown) as handle:
         handle.write(shown.to_markdown(index=False, floatfmt=".4f", missingval="–") + "\n")
+        if note:
+            handle.write(f"\n{note}\n")
     if latex is not None:
+        text = frame.to_latex(index=False, float_format="%.4f", na_rep="--", escape=True)
+        text = text.replace("Δ", r"$\Delta$").replace("p<", "p$<$")  # plain `<` prints as ¡ in OT1 fonts
         with atomic_write(latex) as handle:
-            handle.write(frame.to_latex(index=False, float_format="%.4f", na_rep="--", escape=True))
+            handle.write((f"% {note}\n" if note else "") + text)
