@@ -171,3 +171,66 @@ def test_hub_id_source_loads_through_from_pretrained_offline(tiny_llama_dir, tmp
     assert result.returncode == 0, result.stderr
     assert json.loads((out / "identity.json").read_text())["source"] == "tiny-org/tiny-llama"
     assert (out / "model.safetensors").is_file()
+
+
+def test_received_attention_is_each_heads_column_maximum_of_a_pass_over_the_tokens_alone(lm, tmp_path):
+    """DRAGIN's reference scoring reads attention from the generated tokens fed alone: [0] each head's
+    largest attention from a later token, [1] each token's attention to itself; the cache hands back
+    the same array without calling the model."""
+    import torch
+
+    from adaptive_rag.lm.cache import CachedModel
+
+    ids = lm.generate([build_prompt("raw", EXEMPLARS, QUESTIONS[0])], 12)[0].token_ids
+    planes = lm.received_attention(ids)
+    with torch.no_grad():
+        attention = lm.model(torch.tensor([ids]), output_attentions=True).attentions[-1][0].numpy()  # [h, q, k]
+    heads, n = attention.shape[0], len(ids)
+    assert planes.shape == (2, heads, n) and planes.dtype == np.float32
+    for h in range(heads):
+        for i in range(n):
+            later = attention[h, i + 1:, i]
+            assert planes[0, h, i] == pytest.approx(later.max() if later.size else 0.0, abs=1e-6)
+            assert planes[1, h, i] == pytest.approx(attention[h, i, i], abs=1e-6)
+    cached = CachedModel(lm, tmp_path / "calls.sqlite")
+    first = cached.received_attention(ids)
+    calls = []
+    original = lm.received_attention
+    lm.received_attention = lambda *a: calls.append(a) or original(*a)
+    try:
+        again = cached.received_attention(ids)
+    finally:
+        del lm.received_attention
+    assert calls == [] and np.array_equal(first, again) and np.array_equal(first, planes)
+    assert cached.stats()["attention"] == {"hits": 1, "misses": 1}
+    assert lm.end_of_turn_text == "<|im_end|>"
+
+
+def test_the_dragin_reference_set_up_runs_through_the_white_box_model(lm, monkeypatch):
+    """DRAGIN with the reference code's scoring (`reference: dragin-code`: re-encoded attention, word
+    units) and loop rules (no stop strings, the full budget every call, a case-sensitive answer check,
+    the end-of-turn token kept), in another implementation's template, end to end on the real backend."""
+    from pathlib import Path
+
+    from adaptive_rag.methods.dragin import DRAGIN
+    from adaptive_rag.prompts.template import load_template
+
+    from conftest import settings_of
+
+    generated, reencoded = [], []
+    generate, received = lm.generate, lm.received_attention
+    monkeypatch.setattr(lm, "generate", lambda prompts, n, stop=(), extras=None: generated.append(
+        (n, tuple(stop), [p.text for p in prompts])) or generate(prompts, n, stop, extras))
+    monkeypatch.setattr(lm, "received_attention", lambda ids, layer=-1: reencoded.append(list(ids)) or received(ids, layer))
+    template = load_template(str(Path(__file__).parent / "fixtures" / "prompts" / "dragin-hotpotqa.yaml"))
+    ctx = Context(lm=lm, exemplars=EXEMPLARS, prompt_format="raw", max_new_tokens=12, retriever=RecordingRetriever(),
+                  answer_fallback_tokens=0, template=template)
+    settings = settings_of(DRAGIN, {"reference": "dragin-code", "theta": 0.0, "stop": [], "lookahead": "full",
+                                    "answer_check": "exact-case", "end_of_turn": "keep"}, "methods.dragin")
+    [answer] = DRAGIN(settings, ctx).answer_batch([Example("q0", QUESTIONS[0], ["x"], "span")])
+    assert generated and all(n == 12 and stop == () for n, stop, _ in generated)
+    assert all(text.startswith("Question: Who founded Velmora Glassworks?\nAnswer: Idris Penhallow founded it.")
+               and "\nAnswer the following question by reasoning step-by-step" in text
+               for _, _, texts in generated for text in texts)
+    assert reencoded and all(ids for ids in reencoded)  # one pass over each judged look-ahead's tokens
+    assert answer.llm_calls == len(generated)

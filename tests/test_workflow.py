@@ -21,13 +21,14 @@ def tiny_params(model_source):
         data["model"].update(name="tiny", source=str(model_source))
         data["generation"].update(max_new_tokens=6, threads=1, cache=None)  # reruns must recompute
         data["datasets"]["demo"]["sample"]["size"] = 4
+        data["datasets"]["demo-single"]["sample"]["size"] = 4
     return edit
 
 
 def test_dry_run_plans_the_full_dag(tmp_path):
     copy_workflow(tmp_path)
     assert planned_jobs(tmp_path) == {
-        "model": 1, "corpus": 1, "index": 1, "split": 1, "generate": 6, "score": 6, "report": 1, "all": 1,
+        "model": 1, "corpus": 1, "index": 1, "split": 2, "generate": 12, "score": 12, "report": 1, "all": 1,
     }
 
 
@@ -67,7 +68,8 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
     assert table[0] == ("dataset,method,questions,em,f1,acc,N_R,S_eff ×100,Rc,Gc,Hc,Tc,Sc,answer_found,"
                         "em_lo,em_hi,f1_lo,f1_hi,acc_lo,acc_hi,baseline,d_em,d_em_lo,d_em_hi,p_em,"
                         "d_f1,d_f1_lo,d_f1_hi,p_f1,d_acc,d_acc_lo,d_acc_hi,p_acc")
-    assert len(table) == 7  # the six methods of the demo experiment
+    assert len(table) == 1 + 6 * 2  # the six methods of the demo experiment on its two datasets
+    assert [row.split(",")[0] for row in table[1:]] == ["demo"] * 6 + ["demo-single"] * 6
     for method in ("fl-rag", "fs-rag", "flare", "dragin"):
         for trace in read_jsonl(sm / f"data/runs/demo/{method}/trace.jsonl"):
             queries = [step["query"] for step in trace["steps"] if step.get("query") is not None]
@@ -85,7 +87,7 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
     # A second run has nothing to do; a method's setting reruns only what depends on it.
     assert planned_jobs(sm) == {}
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=2))
-    assert planned_jobs(sm) == {"generate": 1, "score": 1, "report": 1, "all": 1}
+    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "all": 1}  # sr-rag on each dataset
     first = (sm / "data/runs/demo/sr-rag/predictions.jsonl").read_bytes()
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
     snakemake(sm, "--forcerun", "generate")

@@ -31,6 +31,7 @@ from .methods.base import Context, Method
 from .methods.parts.calibrated import score_answers
 from .methods.registry import method_class, method_types
 from .prompts.fewshot import load_exemplars
+from .prompts.template import load_template
 
 
 def calibrating_types() -> list[str]:
@@ -65,7 +66,7 @@ def build(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
                       prompt_format=params.model.prompt_format,
                       max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever,
                       answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                      query_max_words=params.retrieval.query_max_words)
+                      query_max_words=params.retrieval.query_max_words, template=load_template(ds.template))
     return cls(settings, context), examples, params.generation.batch_size
 
 

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from .ablations import BASELINE_TYPE, SEPARATOR, check_no_clash, parse_ablations
 from .data.datasets import LOADERS
 from .errors import ConfigError, InputError
 from .evaluation.intervals import ReportConfig
+from .io import read_yaml
 from .lm.capabilities import BACKEND_CAPABILITIES, DTYPES, missing
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import resolve_exemplars
+from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
 from .retrieval import KINDS
 from .settings import Section, check_name, optional_str, show
 
@@ -113,6 +114,7 @@ class DatasetConfig:
     num_exemplars: int
     sample: SampleConfig
     max_new_tokens: int | None  # overrides generation.max_new_tokens (the reference budgets differ by dataset)
+    template: str | None = None  # the prompt template (None: the project's own, `builtin:default`)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class Params:
             files.append((f"datasets.{name}.path", ds.path))
             if not ds.exemplars.startswith("builtin:"):
                 files.append((f"datasets.{name}.exemplars", ds.exemplars))
+            if ds.template and not ds.template.startswith("builtin:"):
+                files.append((f"datasets.{name}.template", ds.template))
         missing = [(key, path) for key, path in files
                    if not Path(path).is_file() and os.path.normpath(path) not in produced]
         if missing:
@@ -193,10 +197,11 @@ class Params:
     def run_settings(self, dataset: str, method: str) -> list:
         """Every setting a generation run's results depend on, and nothing else: the generate rule
         reruns when it changes, and a run's progress log is bound to it (`progress.ProgressLog`)."""
-        retrieves = method_class(self.method(method).type).needs_retriever
+        cfg = self.method(method)
+        cls = method_class(cfg.type)
         sections = (self.seed, self.model, self.generation.decoding, self.generation.max_new_tokens,
-                    self.generation.batch_size, self.generation.answer_fallback_tokens, self.method(method),
-                    self.dataset(dataset), self.retrieval if retrieves else None)
+                    self.generation.batch_size, self.generation.answer_fallback_tokens, _method_key(cls, cfg),
+                    _dataset_key(self.dataset(dataset)), self.retrieval if cls.needs_retriever else None)
         return [as_dict(s) for s in sections]
 
     def method(self, name: str) -> MethodConfig:
@@ -206,6 +211,26 @@ class Params:
             more = f" (and {variants} ablation variants, `<ablation>{SEPARATOR}<values>`)" if variants else ""
             raise ConfigError(f"unknown method {name!r}; params.yaml defines: {', '.join(base)}{more}")
         return self.methods[name]
+
+
+def _method_key(cls, cfg: MethodConfig) -> dict:
+    """A method configuration as its runs' key records it: settings added after runs were built are
+    left out while they hold their default (`Method.settings_key`), so those runs keep their key."""
+    record = as_dict(cfg)
+    record["settings"] = cls.settings_key(record["settings"])
+    record["per_dataset"] = {name: cls.settings_key(v) for name, v in record["per_dataset"].items()}
+    return record
+
+
+def _dataset_key(ds: DatasetConfig) -> dict:
+    """A dataset as its runs' key records it: the template only when it is not the project's own (so
+    runs built before templates existed keep their key), and then with its content, so that editing
+    the template file reruns what used it (it is not a file input of the generate rule)."""
+    record = as_dict(ds)
+    del record["template"]
+    if ds.template is not None:
+        record["template"] = {"spec": ds.template, "content": load_template(ds.template).data}
+    return record
 
 
 def _model(s: Section) -> ModelConfig:
@@ -325,6 +350,7 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
         num_exemplars=s.int("num_exemplars", 8, minimum=0),
         sample=sample_cfg,
         max_new_tokens=s.int("max_new_tokens", None, minimum=1, allow_none=True),
+        template=_template(s),
     )
     if cfg.exemplars.startswith("builtin:"):
         try:
@@ -333,6 +359,22 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
             raise s.fail("exemplars", str(exc)) from None
     s.done()
     return cfg
+
+
+def _template(s: Section) -> str | None:
+    """`template:` names a prompt template file or `builtin:<name>`; the project's own is kept as None,
+    so a dataset that does not name another records exactly what it recorded before templates existed."""
+    spec = s.raw("template", None)
+    if spec is None or spec == DEFAULT_TEMPLATE:
+        return None
+    if not isinstance(spec, str) or not spec:
+        raise s.fail("template", f"expected `builtin:<name>` or a file path, got {show(spec)}")
+    if spec.startswith("builtin:"):
+        try:
+            resolve_template(spec)
+        except InputError as exc:
+            raise s.fail("template", str(exc)) from None
+    return spec
 
 
 def _methods(s: Section) -> dict[str, MethodConfig]:
@@ -395,6 +437,18 @@ def _check_calibrations(methods: dict[str, MethodConfig], datasets: dict, runs: 
                               f"{calibration!r}, which is not under datasets: ({', '.join(datasets)})")
 
 
+def _check_templates(datasets: dict[str, DatasetConfig], prompt_format: str, source: str) -> None:
+    """Every template named is readable and lays out the chain-of-thought prompt in the configured
+    format, checked before any work starts (a missing file is checked by `check_inputs`)."""
+    for name, ds in datasets.items():
+        if ds.template is None or not Path(resolve_template(ds.template)).is_file():
+            continue
+        try:
+            load_template(ds.template).style("cot", prompt_format)
+        except InputError as exc:
+            raise ConfigError(f"{source}: datasets.{name}.template: {exc}") from None
+
+
 def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], source: str) -> None:
     """A method that needs white-box outputs cannot run on an API model: say so before any work."""
     for cfg in methods.values():
@@ -422,6 +476,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     datasets = {name: _dataset(name, datasets_s.section(name)) for name in datasets_s.data}
     if not datasets:
         raise ConfigError(f"{source}: datasets: define at least one dataset")
+    _check_templates(datasets, model.prompt_format, source)
     generation_s = top.section("generation")
     generation = GenerationConfig(
         decoding=generation_s.str("decoding", "greedy", ("greedy",)),
@@ -465,37 +520,11 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     return params
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML keeps the last of two equal keys silently; in a params file that hides an edit."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
-                continue  # an unhashable key: SafeLoader's own error follows
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (first on line {seen[key].line + 1})", key_node.start_mark)
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep)
-
-
 def load_params(path: str | os.PathLike = "params.yaml") -> Params:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"params file not found: {path}")
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
-    return parse_params(data, str(path))
+    return parse_params(read_yaml(path, "params file", ConfigError), str(path))
 
 
 def as_dict(obj: Any) -> Any:

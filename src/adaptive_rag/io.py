@@ -7,6 +7,7 @@ leaves a half-written file that Snakemake or DVC could mistake for a finished on
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -59,6 +60,46 @@ def require_file(path: str | os.PathLike, what: str) -> Path:
     if not path.is_file():
         raise InputError(f"{what} not found: {path}")
     return path
+
+
+@functools.lru_cache(maxsize=1)
+def unique_key_loader():
+    """A YAML SafeLoader that refuses a key given twice: plain YAML keeps the last of two equal keys
+    silently, which in a params file or a prompt template hides an edit. Built on first use, so
+    importing this module does not import yaml."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    continue  # an unhashable key: SafeLoader's own error follows
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {seen[key].line + 1})", key_node.start_mark)
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
+def read_yaml(path: str | os.PathLike, what: str = "YAML file", error: type[Exception] = InputError) -> Any:
+    """A YAML file (unique keys), or `error` naming the file and line (params files raise ConfigError)."""
+    import yaml
+
+    path = require_file(path, what)
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=unique_key_loader())  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise error(f"{path}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:

@@ -34,6 +34,7 @@ from .methods.registry import method_class
 from .methods.base import Context
 from .progress import ProgressLog, code_digest, digest, file_digest
 from .prompts.fewshot import load_exemplars, resolve_exemplars
+from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
 from .retrieval.factory import open_retriever
 
 
@@ -52,6 +53,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     settings = mcfg.settings_for(dataset)
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     exemplars = load_exemplars(ds.exemplars, ds.num_exemplars)
+    template = load_template(ds.template)
     size = params.generation.batch_size
     batches = [examples[i:i + size] for i in range(0, len(examples), size)]
     batch_ids = [[e.id for e in batch] for batch in batches]
@@ -70,6 +72,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     inputs = {"settings": digest(params.run_settings(dataset, method)), "split": file_digest(split),
               **{f"input:{name}": file_digest(path) for name, path in declared.items()},
               "exemplars": file_digest(resolve_exemplars(ds.exemplars)),
+              "template": file_digest(resolve_template(ds.template or DEFAULT_TEMPLATE)),
               "model": digest(_model_files(params, model_dir)),
               "index": digest(retriever.identity() if retriever else None), "code": code_digest()}
     with ProgressLog(out_dir, rank, inputs) as progress:
@@ -84,7 +87,8 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
                                         max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
                                         retriever=retriever,
                                         answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                                        query_max_words=params.retrieval.query_max_words, inputs=declared))
+                                        query_max_words=params.retrieval.query_max_words, inputs=declared,
+                                        template=template))
         with tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
                   unit=" q", disable=not progress_bar or rank != 0) as bar:
             for b in mine:

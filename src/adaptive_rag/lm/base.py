@@ -217,6 +217,10 @@ class LanguageModel(Protocol):
     def score(self, prompt: Prompt, continuation: str) -> list[float]:
         """Log-probabilities of the tokens of a forced continuation."""
 
+    def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        """White-box only (`attentions`): [2, heads, n], the largest attention each token receives from a
+        later token per head ([0]) and its attention to itself ([1]), in a pass over the tokens alone."""
+
 
 def require(capabilities: frozenset[str], needs: set[str], who: str, backend: str) -> None:
     """Fail at configuration time when a method needs what the backend cannot give."""

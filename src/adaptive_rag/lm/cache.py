@@ -90,7 +90,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def call_key(identity: dict, op: str, prompt: Prompt, **params: Any) -> str:
+def call_key(identity: dict, op: str, prompt: Prompt | None, **params: Any) -> str:
     """The cache key of one call: sha256 of a canonical JSON of everything that can change its result.
 
     Stop strings keep their order and floats their spelling: a needless miss costs one model call,
@@ -100,7 +100,7 @@ def call_key(identity: dict, op: str, prompt: Prompt, **params: Any) -> str:
         "v": KEY_VERSION,
         "model": identity,
         "op": op,
-        "prompt": prompt.key(),
+        "prompt": prompt.key() if prompt is not None else None,  # None: an operation on token ids
         "params": {name: _plain(value) for name, value in params.items()},
     }
     return hashlib.sha256(_canonical(request).encode("utf-8")).hexdigest()
@@ -569,6 +569,15 @@ class CachedModel:
             return cached
         result = self.model.score(prompt, continuation)
         self.cache.put("score", key, result)
+        return result
+
+    def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        key = call_key(self._identity, "attention", None, token_ids=[int(t) for t in token_ids], layer=layer)
+        cached = self.cache.get("attention", key, accept=lambda r: isinstance(r, np.ndarray) and r.ndim == 3)
+        if cached is not None:
+            return cached
+        result = self.model.received_attention(token_ids, layer)
+        self.cache.put("attention", key, result)
         return result
 
     def __getattr__(self, name: str) -> Any:

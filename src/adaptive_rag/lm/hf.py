@@ -345,6 +345,32 @@ class HFModel:
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         return [float(logprobs[i - 1, ids[i]]) for i in range(start, len(ids))]
 
+    # ---- attention of tokens re-encoded alone --------------------------------------------------
+
+    def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        """[2, heads, n] float32 from one forward pass over `token_ids` alone (no prompt, nothing
+        added): [0, h, i] is the largest attention any later token pays token i in head h (0 for the
+        last token), [1, h, i] token i's attention to itself. The DRAGIN reference code scores its
+        trigger from such a pass (each head's maximum, then the mean over heads), which the generation
+        pass cannot give: its rows are head-averaged and read the prompt too. Two [heads, n] planes
+        rather than the [heads, n, n] matrices keep a cached result small."""
+        torch = self.torch
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            return np.zeros((2, self.model.config.num_attention_heads, 0), dtype=np.float32)
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids], device=self.device), output_attentions=True)
+        self.forward_tokens += len(ids)
+        attention = out.attentions[layer][0].float()  # [heads, query, key]
+        later = torch.tril(attention, diagonal=-1).max(dim=1).values  # over queries j > i, per key i
+        own = attention.diagonal(dim1=-2, dim2=-1)
+        return torch.stack([later, own]).cpu().numpy()
+
+    @property
+    def end_of_turn_text(self) -> str | None:
+        """The text of the model's end-of-sequence token, as a decoder that keeps special tokens writes it."""
+        return self.tokenizer.eos_token
+
     def _with_continuation(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
         ids, _ = self.encode(prompt.with_prefix(prompt.prefix + continuation))
         prompt_ids, _ = self.encode(prompt)

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..evaluation.answer import extract_answer, has_answer
-from ..prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, Exemplar, build_prompt
+from ..prompts.fewshot import ANSWER_PREFIX, Exemplar, build_prompt
 from ..retrieval import KINDS
 from .parts.calibrated import calibration_path, resolve_calibration_dataset
+from .parts.rules import GENERATION_DEFAULTS, LOOP_DEFAULTS, Rules
 
 if TYPE_CHECKING:
+    from ..prompts.template import Template
     from ..settings import Section
     from ..data.datasets import Example
     from ..lm.base import Continuation, LanguageModel
@@ -66,15 +68,31 @@ class Context:
     answer_fallback_tokens: int = 20
     query_max_words: int | None = None
     inputs: dict = field(default_factory=dict)  # name -> Path of the files the method declared (`Method.inputs`)
+    template: "Template | None" = None  # the dataset's prompt template (None: the project's own)
 
 
 class Method:
     type_name = "?"
     needs_retriever = False
     needs: frozenset[str] = frozenset()  # model capabilities beyond token log-probabilities
+    # Settings added after runs were built, with the value that reproduces what the code did before:
+    # at that value a setting is left out of a run's key (`settings_key`), so those runs keep theirs.
+    later_settings: dict[str, Any] = {**GENERATION_DEFAULTS, **LOOP_DEFAULTS}
 
     def __init__(self, settings: dict[str, Any], context: Context):
         self.settings, self.ctx = settings, context
+        self.rules = Rules.of(settings)
+
+    @classmethod
+    def settings_key(cls, settings: dict[str, Any]) -> dict[str, Any]:
+        """The settings as a run's key records them: `later_settings` at their defaults left out."""
+        later = cls.later_settings
+        return {k: v for k, v in settings.items() if not (k in later and v == later[k])}
+
+    def cot_prompt(self, question: str, passages: Sequence["Hit"] = ()):
+        """The chain-of-thought prompt of a question in the dataset's template and the model's format."""
+        return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, question, passages,
+                            template=self.ctx.template)
 
     @classmethod
     def read_settings(cls, section: "Section") -> dict[str, Any]:
@@ -141,9 +159,9 @@ class Method:
                          retrievals: int = 0) -> list[Answer]:
         """One greedy call for the whole batch; each question's wall time is its share of the call."""
         start = time.perf_counter()
-        prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, q, p)
-                   for q, p in zip(questions, passages)]
-        continuations = self.ctx.lm.generate(prompts, self.ctx.max_new_tokens, STOP_STRINGS)
+        prompts = [self.cot_prompt(q, p) for q, p in zip(questions, passages)]
+        continuations = [self.rules.ended(c, self.ctx.lm)
+                         for c in self.ctx.lm.generate(prompts, self.ctx.max_new_tokens, self.rules.stop)]
         share = (time.perf_counter() - start) / max(1, len(questions))
         answers = [
             Answer(output=c.text.strip(), prompt=prompt.readable(),
@@ -170,9 +188,9 @@ class Method:
         lead = " " if self.ctx.prompt_format == "raw" else ""
         prefixes = [lead + (answers[i].output if extract_answer(answers[i].output)[1]
                             else f"{answers[i].output} {ANSWER_PREFIX}".lstrip()) for i in todo]
-        prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, questions[i]).with_prefix(prefix)
-                   for i, prefix in zip(todo, prefixes)]
-        continuations = self.ctx.lm.generate(prompts, budget, STOP_STRINGS + ("\n",))
+        prompts = [self.cot_prompt(questions[i]).with_prefix(prefix) for i, prefix in zip(todo, prefixes)]
+        continuations = [self.rules.ended(c, self.ctx.lm)
+                         for c in self.ctx.lm.generate(prompts, budget, self.rules.fallback_stop)]
         share = (time.perf_counter() - start) / len(todo)
         for i, prefix, c in zip(todo, prefixes, continuations):
             answer = answers[i]

@@ -6,28 +6,41 @@ drawn from, s_i = 0 for stop words. Fire if any token's RIND exceeds `theta`. QF
 words of the question, the answer so far and the sentence before the first hallucinated token,
 ranked by the attention that token pays them, in original order.
 
-The reference code differs in four ways, each a switch (`reference: dragin-code` sets all four):
-- `attention_scope: generated`: attention over the generated tokens only (rows renormalised);
+The reference code differs in these ways, each a switch (`reference: dragin-code` sets them all):
+- `attention_pass: reencoded`: a_i from a second forward pass over the generated tokens alone, each
+  head's maximum over later tokens, then the mean over heads (the generation pass's rows are
+  head-averaged and read the prompt, so they give the head mean's maximum instead);
+- `rind_units: word`: RIND per whitespace-delimited word (its tokens' attention summed, their
+  entropies averaged), not per token;
 - `include_diagonal: true`: the max over later tokens includes the token itself;
-- `normalise: true`: a_i divided by the sentence's attention sum and multiplied by its token count;
-- `filter_order: after`: no stop-word factor in the score; after thresholding, only tokens of real
+- `normalise: true`: a_i divided by the sentence's attention sum and multiplied by its unit count;
+- `filter_order: after`: no stop-word factor in the score; after thresholding, only units of real
   words (POS NOUN/ADJ/VERB/PROPN/NUM) may fire;
-and it keeps only the first regenerated sentence (`keep: first-sentence`).
+- `query_punctuation: keep` and `query_duplicates: keep`: QFS words keep the punctuation attached to
+  them and a repeated word may appear more than once;
+and it keeps only the first regenerated sentence (`keep: first-sentence`). `attention_scope:
+generated` (the generation pass's rows restricted to the generated tokens and renormalised) was this
+project's stand-in for the re-encoded pass; it applies with `attention_pass: generation` only.
 """
 
 from __future__ import annotations
 
 from ..lm.base import ATTENTIONS, ENTROPY, Extras
-from .parts.attention import SCOPES, real_words_query
+from .parts.attention import SCOPES, real_words_query, reencoded_received
 from .parts.components import Detection
 from .parts.loop import TriggeredRetrieval
-from .parts.rind import PAPER, rind_detection
+from .parts.rind import PAPER, UNITS, rind_detection
 from .registry import register
 
+PASSES = ("generation", "reencoded")
+# The settings DRAGIN gained after runs were built, with the values that reproduce what it did before.
+LATER = {"rind_units": "token", "attention_pass": "generation", "query_punctuation": "strip",
+         "query_duplicates": "drop"}
 REFERENCES = {
-    "paper": {**PAPER, "keep": "all"},
+    "paper": {**PAPER, **LATER, "keep": "all"},
     "dragin-code": {"attention_scope": "generated", "include_diagonal": True, "normalise": True,
-                    "filter_order": "after", "keep": "first-sentence"},
+                    "filter_order": "after", "keep": "first-sentence", "rind_units": "word",
+                    "attention_pass": "reencoded", "query_punctuation": "keep", "query_duplicates": "keep"},
 }
 
 
@@ -36,6 +49,7 @@ class DRAGIN(TriggeredRetrieval):
     when = 'RIND = a_i · H_i · s_i > `theta` for any token of the look-ahead sentence'
     what = 'QFS: the `top_n` real words of question + answer so far, ranked by the attention the hallucinated token pays them'
     needs = frozenset({ENTROPY, ATTENTIONS})
+    later_settings = {**TriggeredRetrieval.later_settings, **LATER}
 
     @classmethod
     def read_settings(cls, section):
@@ -50,16 +64,39 @@ class DRAGIN(TriggeredRetrieval):
             "include_diagonal": section.bool("include_diagonal", defaults["include_diagonal"]),
             "normalise": section.bool("normalise", defaults["normalise"]),
             "filter_order": section.str("filter_order", defaults["filter_order"], ("before", "after")),
+            "rind_units": section.str("rind_units", defaults["rind_units"], UNITS),
+            "attention_pass": section.str("attention_pass", defaults["attention_pass"], PASSES),
+            "query_punctuation": section.str("query_punctuation", defaults["query_punctuation"], ("strip", "keep")),
+            "query_duplicates": section.str("query_duplicates", defaults["query_duplicates"], ("drop", "keep")),
         }
 
     def extras(self) -> Extras:
         return Extras(entropy=True, attention_layer=-1)
 
+    def __init__(self, settings, context):
+        super().__init__(settings, context)
+        self._reencoded: tuple = (None, None)  # (look-ahead, its re-encoded attention): one pass per look-ahead
+
     def detect(self, state, lookahead, sentence) -> Detection:
         s = self.settings
+        received = None
+        if s["attention_pass"] == "reencoded":
+            received = reencoded_received(self.reencode(lookahead), s["include_diagonal"])
         return rind_detection(lookahead, sentence, s["theta"], s["attention_scope"], s["include_diagonal"],
-                              s["normalise"], s["filter_order"])
+                              s["normalise"], s["filter_order"], s["rind_units"], received)
+
+    def reencode(self, lookahead):
+        """The look-ahead's tokens fed alone (`received_attention`), once per look-ahead: its sentences
+        are judged one after another."""
+        if self._reencoded[0] is not lookahead:
+            ids = lookahead.c.token_ids
+            if ids is None:
+                raise RuntimeError("attention_pass: reencoded needs the continuation's token ids (a white-box model)")
+            self._reencoded = (lookahead, self.ctx.lm.received_attention(ids, -1))
+        return self._reencoded[1]
 
     def build_query(self, state, lookahead, sentence, detection) -> str:
+        s = self.settings
         return real_words_query(lookahead, detection.first_flagged_token(), state.example.question, state.text,
-                                self.settings["top_n"])
+                                s["top_n"], punctuation=s["query_punctuation"] == "keep",
+                                duplicates=s["query_duplicates"] == "keep")

@@ -254,7 +254,7 @@ class SeaKR(Method):
 
     def prompt(self, state: QuestionState, passages: Sequence[Hit], prefix: str = "") -> Prompt:
         return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, state.example.question,
-                            passages).with_prefix(prefix)
+                            passages, template=self.ctx.template).with_prefix(prefix)
 
     def step_stop(self, state: QuestionState) -> tuple:
         """One sentence; once R holds a step, also the end of the line (the reference code's stops)."""
@@ -294,7 +294,8 @@ class SeaKR(Method):
         return answers
 
     def prompt_of(self, example):
-        return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, example.question).readable()
+        return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, example.question,
+                            template=self.ctx.template).readable()
 
     def step(self, active: list[QuestionState]) -> None:
         direct = self.assess(active, *self.pseudo_prompts(active))

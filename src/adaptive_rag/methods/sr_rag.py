@@ -6,6 +6,7 @@ import time
 
 from .registry import register
 from .base import Answer, Method
+from .parts.rules import read_generation_rules
 
 
 @register("sr-rag")
@@ -16,7 +17,8 @@ class SingleRoundRetrieval(Method):
 
     @classmethod
     def read_settings(cls, section):
-        return {"top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section)}
+        return {"top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section),
+                **read_generation_rules(section)}
 
     def answer_batch(self, examples) -> list[Answer]:
         start = time.perf_counter()

@@ -147,7 +147,7 @@ class Sugar(Method):
 
     def prompt(self, question: str, passages: Sequence = ()):
         build = build_qa_prompt if self.direct else build_prompt
-        return build(self.ctx.prompt_format, self.ctx.exemplars, question, passages)
+        return build(self.ctx.prompt_format, self.ctx.exemplars, question, passages, template=self.ctx.template)
 
     @property
     def stop(self) -> tuple[str, ...]:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from .registry import register
 from .base import Answer, Method
+from .parts.rules import read_generation_rules
 
 
 @register("wo-rag")
 class WithoutRetrieval(Method):
     when = 'never'
     what = '–'
+
+    @classmethod
+    def read_settings(cls, section):
+        return read_generation_rules(section)
+
     def answer_batch(self, examples) -> list[Answer]:
         return self.generate_answers([e.question for e in examples], [()] * len(examples))

@@ -87,3 +87,19 @@ def test_real_words_query_keeps_the_word_before_a_token_that_starts_a_new_word()
     # token 2 " is" starts a new word, so the generated region is " The river": river .15 (not the question's .05)
     # expected: flows (q) Paris (answer) city (answer) river (generated)
     assert real_words_query(qfs_lookahead(), 2, QUESTION, ANSWER_SO_FAR, 35) == "flows Paris city river"
+
+
+# The reference code's query: words with their punctuation, every occurrence ranked on its own.
+#   chunks: question "river" .05, "flows" .02, "Paris?" (" Paris" .10 + "?" .01); answer "Paris" .20,
+#   "city." (" city" .08 + "." .01); generated "river" .15
+@pytest.mark.parametrize("punctuation, duplicates, top_n, query", [
+    (False, True, 35, "river flows Paris Paris city river"),
+    (False, True, 3, "Paris Paris river"),  # Paris .20, river .15, Paris .10
+    (True, False, 35, "flows Paris? Paris city. river"),  # "Paris?" and "Paris" are different words now
+    (True, False, 3, "Paris? Paris river"),  # .20, .15, .11
+    (True, True, 35, "river flows Paris? Paris city. river"),
+    (False, False, 35, "flows Paris city river"),  # the default: as before
+])
+def test_real_words_query_reference_switches(punctuation, duplicates, top_n, query):
+    assert real_words_query(qfs_lookahead(), 4, QUESTION, ANSWER_SO_FAR, top_n, punctuation=punctuation,
+                            duplicates=duplicates) == query

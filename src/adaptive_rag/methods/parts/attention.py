@@ -45,10 +45,25 @@ def attention_received(matrix: np.ndarray, diagonal: bool = False) -> np.ndarray
     return out
 
 
-def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_far: str, top_n: int) -> str:
+def reencoded_received(planes: np.ndarray, diagonal: bool = False) -> np.ndarray:
+    """a_i from a re-encoded pass (`received_attention`'s [2, heads, n]): each head's largest attention
+    from a later token (or the token itself, with the diagonal), then the mean over heads: the
+    reference code's order, where the generation pass can only give the head mean's maximum."""
+    planes = np.asarray(planes, dtype=np.float64)
+    per_head = np.maximum(planes[0], planes[1]) if diagonal else planes[0]
+    return per_head.mean(axis=0) if per_head.size else np.zeros(per_head.shape[-1], dtype=np.float64)
+
+
+def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_far: str, top_n: int,
+                     punctuation: bool = False, duplicates: bool = False) -> str:
     """DRAGIN's QFS: the top-n real words (NOUN, ADJ, VERB, PROPN, NUM) of the question, the answer so
     far and the generated text before `token`, ranked by the attention `token` pays to them, joined in
-    their original order (a word repeated keeps its best-attended occurrence)."""
+    their original order (a word repeated keeps its best-attended occurrence).
+
+    The reference code's query differs in two ways, each a switch: `punctuation` keeps a word's
+    punctuation, i.e. a real word is taken as the whitespace-delimited chunk it sits in ("1720.",
+    "(Film)"; several real words in one chunk make one entry), and `duplicates` ranks every occurrence
+    of a word on its own, so a repeated word can appear more than once."""
     c = lookahead.c
     row = np.asarray(c.attentions[token], dtype=np.float64)
     prompt_tokens = list(c.meta.get("prompt_tokens") or [])
@@ -72,16 +87,34 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
     while continues_word and cut > len(prompt_text) and virtual[cut - 1].isalnum():  # drop the word's start
         cut -= 1
     regions.append((len(prompt_text), cut))
-    scored = []
+    scored, seen = [], set()
     for start, end in regions:
         for word in real_words(virtual[start:end]):
             a, b = start + word.start, start + word.end
+            if punctuation:
+                a, b = _chunk(virtual, a, b, start, end)
+                if a in seen:  # a second real word of the same chunk
+                    continue
+                seen.add(a)
             weight = sum(row[columns[k]] for k, (s, e) in enumerate(spans) if s < b and e > a)
-            scored.append((weight, a, word.text))
-    best: dict[str, tuple[float, int, str]] = {}
-    for weight, position, text in scored:
-        key = text.lower()
-        if key not in best or weight > best[key][0]:
-            best[key] = (weight, position, text)
-    chosen = sorted(best.values(), key=lambda t: (-t[0], t[1]))[:top_n]
+            scored.append((weight, a, virtual[a:b]))
+    if duplicates:
+        candidates = scored
+    else:
+        best: dict[str, tuple[float, int, str]] = {}
+        for weight, position, text in scored:
+            key = text.lower()
+            if key not in best or weight > best[key][0]:
+                best[key] = (weight, position, text)
+        candidates = list(best.values())
+    chosen = sorted(candidates, key=lambda t: (-t[0], t[1]))[:top_n]
     return " ".join(text for _, _, text in sorted(chosen, key=lambda t: t[1]))
+
+
+def _chunk(text: str, a: int, b: int, lo: int, hi: int) -> tuple[int, int]:
+    """The whitespace-delimited chunk of `text[lo:hi]` holding the span [a, b)."""
+    while a > lo and not text[a - 1].isspace():
+        a -= 1
+    while b < hi and not text[b].isspace():
+        b += 1
+    return a, b

@@ -87,6 +87,31 @@ class LookAhead:
                 out.append(Unit(word.text, start, end, tokens))
         return out
 
+    def space_words(self, span: Span) -> list[Unit]:
+        """The sentence's tokens merged into whitespace-delimited words, punctuation included ("1720."):
+        a word starts at the sentence's first token and at every token whose text starts with
+        whitespace. These are the words the DRAGIN reference code scores (it merges a token into the
+        previous one unless it carries the tokenizer's space marker)."""
+        inside = self.sentence_tokens(span)
+        if not inside:
+            return []
+        groups: list[list[int]] = []
+        # whitespace-only tokens between the sentence's first and last token (" " before "1720") count:
+        # such a token starts a word, as the reference's bare space-marker token does
+        for i in range(inside[0], inside[-1] + 1):
+            if not groups or self.c.tokens[i][:1].isspace():
+                groups.append([i])
+            else:
+                groups[-1].append(i)
+        out = []
+        for group in groups:
+            start, end = self.spans[group[0]][0], self.spans[group[-1]][1]
+            text = self.text[start:end]
+            if text.strip():
+                lead = len(text) - len(text.lstrip())
+                out.append(Unit(text.strip(), start + lead, start + lead + len(text.strip()), tuple(group)))
+        return out
+
     def units(self, span: Span, granularity: str) -> list[Unit]:
         return self.word_units(span) if granularity == "word" else self.token_units(span)
 

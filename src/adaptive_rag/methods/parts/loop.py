@@ -15,6 +15,8 @@ generating and checking one sentence at a time, at a fraction of the calls.
 
 A question stops when its text says "the answer is", when a step adds nothing, when the model ends
 its answer, or at the token budget. Questions advance in lockstep: every step is one batched call.
+The loop rules (stop strings, how far each call looks ahead, how "the answer is" is checked, whether
+the end-of-turn token is kept) are settings (`rules.py`), read with the other common settings.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ...lm.base import NO_EXTRAS, Continuation, Extras
-from ...prompts.fewshot import STOP_STRINGS, build_prompt
 from ..base import Answer, Method, count_sentences, step_record
 from .lookahead import LookAhead
+from .rules import ANSWER_PHRASE, read_loop_rules
 
 if TYPE_CHECKING:
     from .components import Detection
@@ -62,7 +64,8 @@ class QuestionState:
 
 
 def says_answer(text: str) -> bool:
-    return "the answer is" in text.lower()
+    """The project's check (`answer_check: any-case`), which SeaKR's loop uses too."""
+    return ANSWER_PHRASE in text.lower()
 
 
 class DynamicMethod(Method):
@@ -75,11 +78,11 @@ class DynamicMethod(Method):
             "max_retrievals": section.int("max_retrievals", None, minimum=0, allow_none=True),
             "keep": section.str("keep", keep, KEEP),
             "retriever": cls.read_retriever(section),
+            **read_loop_rules(section),
         }
 
     def answer_batch(self, examples) -> list[Answer]:
-        states = [QuestionState(e, build_prompt(self.ctx.prompt_format, self.ctx.exemplars, e.question).readable())
-                  for e in examples]
+        states = [QuestionState(e, self.cot_prompt(e.question).readable()) for e in examples]
         while True:
             active = [s for s in states if not s.done]
             if not active:
@@ -89,7 +92,8 @@ class DynamicMethod(Method):
             for state, old in zip(active, before):
                 if state.done:
                     continue
-                if state.text == old or says_answer(state.text) or state.kept_tokens >= self.ctx.max_new_tokens:
+                if (state.text == old or self.rules.says_answer(state.text)
+                        or state.kept_tokens >= self.ctx.max_new_tokens):
                     state.done = True
         for state in states:
             state.answer.output = state.text.strip()
@@ -111,10 +115,10 @@ class DynamicMethod(Method):
         for limit in sorted(set(limits)):
             rows = [i for i, n in enumerate(limits) if n == limit]
             start = time.perf_counter()
-            prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, states[i].example.question,
-                                    states[i].hits if with_passages else ()).with_prefix(states[i].text)
-                       for i in rows]
-            results = self.ctx.lm.generate(prompts, limit, STOP_STRINGS, extras)
+            prompts = [self.cot_prompt(states[i].example.question, states[i].hits if with_passages else ())
+                       .with_prefix(states[i].text) for i in rows]
+            results = [self.rules.ended(c, self.ctx.lm)
+                       for c in self.ctx.lm.generate(prompts, limit, self.rules.stop, extras)]
             share = (time.perf_counter() - start) / len(rows)
             for i, c in zip(rows, results):
                 answer = states[i].answer
@@ -134,7 +138,8 @@ class DynamicMethod(Method):
         return hits
 
     def remaining(self, state: QuestionState) -> int:
-        return max(1, self.ctx.max_new_tokens - state.kept_tokens)
+        """Tokens the next call may generate (`lookahead`): what is left of the budget, by default."""
+        return self.rules.call_tokens(self.ctx.max_new_tokens, state.kept_tokens)
 
     def keep_regenerated(self, state: QuestionState, lookahead: LookAhead) -> str:
         """All of a continuation made with passages, or its first sentence (the reference code)."""

@@ -15,6 +15,7 @@ from ...io import read_jsonl
 from ...lm.base import Extras
 from ...lm.factory import build_model
 from ...prompts.fewshot import STOP_STRINGS, build_prompt, load_exemplars
+from ...prompts.template import load_template
 from .components import TriggerContext, attention_weights, normalise, scw_weights
 from .contribution import load_similarity
 from .lookahead import LookAhead
@@ -28,7 +29,8 @@ def word_significance(params, dataset: str, question_id: str | None, split: Path
         raise InputError(f"{split}: no question with id {question_id!r} (significance.question)")
     ds = params.dataset(dataset)
     lm = build_model(params, model_dir)
-    prompt = build_prompt(params.model.prompt_format, load_exemplars(ds.exemplars, ds.num_exemplars), example.question)
+    prompt = build_prompt(params.model.prompt_format, load_exemplars(ds.exemplars, ds.num_exemplars), example.question,
+                          template=load_template(ds.template))
     budget = ds.max_new_tokens or params.generation.max_new_tokens
     lookahead = LookAhead(lm.generate([prompt], budget, STOP_STRINGS, Extras(attention_layer=-1))[0])
     if not lookahead.sentences:

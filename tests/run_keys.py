@@ -1,0 +1,38 @@
+"""The run key (`Params.run_settings`, digested) of every run a params file plans: what the generate
+rule's params trigger compares and what a run's progress log is bound to.
+
+`tests/fixtures/run_keys/<profile>.json` were written by this script with the code as it was before
+prompt templates and loop rules existed (`PYTHONPATH=<old src> python tests/run_keys.py OUT_DIR` at
+commit e906238), so a test can prove that runs built then keep their key: Snakemake reruns none of
+them and every call they made is still asked for with the same prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILES = {"demo": REPO / "params.yaml", **{p.stem: p for p in sorted((REPO / "params").glob("*.yaml"))
+                                             if p.stem != "demo"}}
+
+
+def run_keys(path: Path) -> dict[str, str]:
+    from adaptive_rag.config import load_params, planned_runs
+    from adaptive_rag.progress import digest
+
+    params = load_params(path)
+    runs = planned_runs((params.experiment_datasets, params.experiment_methods), params.ablations)
+    return {f"{d}/{m}": digest(params.run_settings(d, m)) for d, m in sorted(runs)}
+
+
+def main(out: str) -> None:
+    for name, path in PROFILES.items():
+        keys = run_keys(path)
+        (Path(out) / f"{name}.json").write_text(json.dumps(keys, indent=0, sort_keys=True) + "\n")
+        print(f"{name}: {len(keys)} runs")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
