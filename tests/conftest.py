@@ -145,6 +145,49 @@ def edit_params(cwd, edit):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def build_html_report(cwd, *targets) -> tuple[dict, float]:
+    """`snakemake --report report.html TARGETS` in a workflow copy: what the report holds, and its seconds."""
+    import time
+
+    start = time.perf_counter()
+    snakemake(cwd, "--report", "report.html", *targets)
+    return read_html_report(Path(cwd) / "report.html"), time.perf_counter() - start
+
+
+def read_html_report(path: Path) -> dict:
+    """What a self-contained Snakemake HTML report embeds, as its page's scripts hold it: `results` (path ->
+    name, caption, data URI, the job that made it), `categories` (category -> subcategory -> paths) and
+    the front page (`workflow_desc`, HTML)."""
+    import re
+
+    html = path.read_text(encoding="utf-8")
+
+    def script(element_id, name):
+        match = re.search(rf'<script id="{element_id}">\s*var {name} = (.*?);\s*</script>', html, re.S)
+        assert match, f"{path}: no {name} in the report"
+        return json.loads(match.group(1))
+
+    return {"results": script("results", "results"), "categories": script("categories", "categories"),
+            "front": script("workflow-desc", "workflow_desc")}
+
+
+def assert_report_shows_every_output(cwd, report: dict, categories: dict[str, set[str]]) -> None:
+    """Every file under reports/ (every table and figure the workflow made) is in the report, byte for
+    byte, with a caption, filed under `categories` (category -> its subcategories)."""
+    import base64
+
+    root = Path(cwd)
+    made = {str(p.relative_to(root)) for p in (root / "reports").rglob("*") if p.is_file() and p.suffix != ".html"}
+    assert set(report["results"]) == made
+    for path, result in report["results"].items():
+        header, _, data = result["data_uri"].partition(";base64,")
+        assert header.startswith("data:") and base64.b64decode(data) == (root / path).read_bytes(), path
+        assert "<p>" in result["caption"], f"{path} has no caption"
+    assert {cat: set(subs) for cat, subs in report["categories"].items()} == categories
+    for category in categories:
+        assert f"app.showCategory('{category.replace(' ', '%20')}')" in report["front"]  # the front page lists it
+
+
 # ---- hand-built continuations and fakes for the method tests (tests/methods/) ----
 #
 # Continuations are built by hand (token texts that join to the text, log-probabilities of round

@@ -31,6 +31,11 @@ def test_repository_ablations_expand_into_method_configurations(base):
     theta = params.ablations["scaar-theta"]
     assert [(v.base, v.values["theta"]) for v in theta.variants][:2] == [("flare-word", 0.9), ("flare-word", 0.8)]
     assert params.method("scaar-theta--flare-word-0.7").type == "flare"
+    # `paper:` files each in the HTML report, the special kinds' too; without one it is None ("Ablations")
+    assert (grid.paper, params.ablations["word-significance"].paper, params.ablations["seakr-sweep"].paper,
+            params.ablations["sugar-entropy"].paper) == ("SCAAR", "SCAAR", "SeaKR", "SUGAR")
+    del base["ablations"]["sugar-entropy"]["paper"]
+    assert parse_params(base).ablations["sugar-entropy"].paper is None
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -41,6 +46,8 @@ def test_repository_ablations_expand_into_method_configurations(base):
     (lambda a: a.update(plot="pie"), "ablations.scaar-grid.plot: must be one of grid, lines, table"),
     (lambda a: a.update(plot="lines"), "ablations.scaar-grid.x: a `lines` plot needs the varied key"),
     (lambda a: a.update(datasets=["nq"]), "ablations.scaar-grid.datasets: names 'nq'"),
+    (lambda a: a.update(paper=""), "ablations.scaar-grid.paper: expected the name of a paper .*, got ''"),
+    (lambda a: a.update(paper=["SCAAR"]), "ablations.scaar-grid.paper: expected the name of a paper"),
 ])
 def test_bad_ablations_name_the_key(base, edit, message):
     edit(base["ablations"]["scaar-grid"])

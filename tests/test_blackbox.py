@@ -399,3 +399,50 @@ def test_sugar_on_the_api_backend_routes_every_question_like_the_white_box_run(a
     assert [a.output for a in runs["api"]] == [a.output for a in runs["hf"]]
     assert [a.counters() for a in runs["api"]] == [a.counters() for a in runs["hf"]]
     assert len({route["branch"] for route, _ in routes["hf"]}) >= 2  # more than one branch compared
+
+
+def test_identity_from_a_server_that_only_lists_its_models():
+    """vLLM serves `GET /v1/models` but answers `GET /v1/models/<name>` with a 404, and its cards carry a
+    permission entry with a fresh id and time on every request: the identity comes from the list, without
+    that entry (else no two jobs' call-cache keys would match), and a model it does not serve is named."""
+    from adaptive_rag.lm.api import APIModel
+
+    requests = []
+
+    class ListsOnly(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            requests.append(self.path)
+            if self.path == "/v1/models":
+                status, body = 200, {"object": "list", "data": [{
+                    "id": "llama", "object": "model", "created": int(time.time()), "owned_by": "vllm", "root": "/m/llama",
+                    "parent": None, "max_model_len": 4096,
+                    "permission": [{"id": f"modelperm-{len(requests)}", "created": int(time.time())}]}]}
+            else:
+                status, body = 404, {"error": {"message": "Not Found", "type": "NotFoundError", "code": 404}}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ListsOnly)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        identities = []
+        for _ in range(2):  # two jobs
+            with APIModel(base, "llama", max_retries=0) as model:
+                identities.append(model.identity())
+        assert identities[0] == identities[1] == {"backend": "api", "base_url": base, "model": "llama",
+                                                  "root": "/m/llama", "parent": None, "max_model_len": 4096}
+        assert requests[:2] == ["/v1/models/llama", "/v1/models"]
+        with APIModel(base, "mistral", max_retries=0) as model:
+            with pytest.raises(ConfigError, match=r"model.api.model: .* does not serve 'mistral' \(it serves: 'llama'\)"):
+                model.identity()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,12 +5,14 @@ tiny random Llama as `model.source` (a local path goes through the same code as 
 """
 
 import filecmp
+import re
 import shutil
 import sys
 
 import pytest
 
-from conftest import REPO, copy_workflow, edit_params, planned_jobs, read_jsonl, run, snakemake
+from conftest import (REPO, assert_report_shows_every_output, build_html_report, copy_workflow, edit_params,
+                      planned_jobs, read_jsonl, run, snakemake)
 
 # Every test here runs Snakemake, the `adaptive_rag` CLI or DVC in subprocesses.
 pytestmark = pytest.mark.slow
@@ -92,6 +94,23 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
     snakemake(sm, "--forcerun", "generate")
     assert (sm / "data/runs/demo/sr-rag/predictions.jsonl").read_bytes() == first  # a rerun is byte-identical
+
+    # The HTML report (`make report`): every table and figure of the main experiment and of each ablation
+    # already built, here one without `paper:` (filed under "Ablations"); the 19 not built are left out.
+    def significance(data):
+        data["ablations"]["word-significance"].pop("question")  # the split's first question
+        data["ablations"]["word-significance"].pop("paper")
+    edit_params(sm, significance)
+    snakemake(sm, "ablation_word_significance")
+    report, seconds = build_html_report(sm, "report_all")
+    print(f"report_all: HTML report built in {seconds:.1f} s")
+    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals"},
+                                                  "Ablations": {"word-significance"}})
+    text = {path: re.sub(r"<[^>]+>", "", result["caption"]) for path, result in report["results"].items()}
+    assert "dragin: {reference: paper, theta: 0.3, top_n: 35}" in text["reports/tables/scores.md"]
+    assert "sample: {mode: random, size: 4, seed: 0}" in text["reports/figures/retrievals.png"]
+    assert "scaar (the configuration whose similarity encoder scores SCW): {theta: 0.8" in text[
+        "reports/ablations/word-significance.csv"]
 
     # dvc repro in a fresh repository produces the same predictions; push/pull round-trips them.
     dv = copy_workflow(tmp_path / "dvc")
@@ -213,6 +232,10 @@ def test_seakr_calibrates_on_its_own_split_and_its_ablation_variants_share_the_c
     assert sweep[0] == "id,k,layer,u,em,f1" and len(sweep) == 1 + 2 * 3 * 2  # 2 questions, k 2..4, 2 layers
     assert (tmp_path / "reports/ablations/seakr-sweep.png").stat().st_size > 0
     assert (tmp_path / "reports/ablations/seakr-reasoning.md").is_file()
+    report, _ = build_html_report(tmp_path, "ablation_seakr_reasoning", "ablation_seakr_sweep")
+    assert_report_shows_every_output(tmp_path, report, {"SeaKR": {"seakr-reasoning", "seakr-sweep"}})
+    caption = re.sub(r"<[^>]+>", "", report["results"]["reports/ablations/seakr-sweep.png"]["caption"])
+    assert "One sampling pass of 4 samples per question" in caption
 
 
 def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_two(tiny_llama_dir, tmp_path):
@@ -266,3 +289,7 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
     assert figure[0].startswith("dataset,method,id,se,pe") and len(figure) == 1 + 2
     assert (tmp_path / "reports/ablations/sugar-entropy.png").read_bytes()[:4] == b"\x89PNG"
     assert "| demo-small" in (tmp_path / "reports/ablations/sugar-entropy.md").read_text()
+    report, _ = build_html_report(tmp_path, "ablation_sugar_signal", "ablation_sugar_entropy")
+    assert_report_shows_every_output(tmp_path, report, {"SUGAR": {"sugar-signal", "sugar-entropy"}})
+    caption = re.sub(r"<[^>]+>", "", report["results"]["reports/ablations/sugar-signal.md"]["caption"])
+    assert "an ablation of 5 variants" in caption and "time_rel (mean wall time per question over sr-rag" in caption

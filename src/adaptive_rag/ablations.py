@@ -17,6 +17,10 @@ markdown, LaTeX and CSV, and a figure chosen by `plot`.
 
 `vary` may include `method` (a list of base configurations) to compare methods under the same sweep.
 
+`paper` (optional) names the paper whose table or figure the ablation reproduces (`SCAAR`, `SeaKR`,
+...): the HTML report (`snakemake --report`) groups the ablation's files under it. It is a label, not a
+setting, so no rule reads it and changing it reruns nothing.
+
 `time_baseline` adds `time_rel` (SUGAR's Time: mean wall time per question relative to a single-step
 run on the same questions). It defaults to `sr-rag` when one variant runs that configuration (the
 variant is then the baseline, so its own `time_rel` is 1); `time_baseline: null` turns it off.
@@ -28,7 +32,7 @@ Every variant's EM, F1 and acc are also compared with one run by a paired test (
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
@@ -63,6 +67,7 @@ class Ablation:
     base: str | None = None  # `uncertainty-sweep`: the configuration swept; `sugar-entropy`: whose runs are drawn
     time_baseline: str | None = None  # the run `time_rel` divides by (a variant's, or a configuration's own)
     compare_to: str | None = None  # the run every variant is tested against (paired test, intervals)
+    paper: str | None = None  # the paper it reproduces: the HTML report's category for its files
 
     @property
     def runs(self) -> list[str]:
@@ -89,14 +94,13 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
         for dataset in names:
             if dataset not in datasets:
                 raise s.fail("datasets", f"names {dataset!r}, which is not under datasets: ({', '.join(datasets)})")
-        if s.data.get("plot") == "significance":
-            ablations[name] = _significance(name, s, names, methods_section_data, validate)
-            continue
-        if s.data.get("plot") == "uncertainty-sweep":
-            ablations[name] = _uncertainty_sweep(name, s, names, methods_section_data, validate)
-            continue
-        if s.data.get("plot") == "sugar-entropy":
-            ablations[name] = _sugar_entropy(name, s, names, methods_section_data, validate)
+        paper = s.raw("paper", None)
+        if paper is not None and (not isinstance(paper, str) or not paper.strip()):
+            raise s.fail("paper", f"expected the name of a paper (a non-empty string), got {paper!r}")
+        special = {"significance": _significance, "uncertainty-sweep": _uncertainty_sweep,
+                   "sugar-entropy": _sugar_entropy}.get(s.data.get("plot"))
+        if special is not None:
+            ablations[name] = replace(special(name, s, names, methods_section_data, validate), paper=paper)
             continue
         vary = s.section("vary")
         axes: dict[str, list] = {}
@@ -143,7 +147,7 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
         time_baseline = _time_baseline(s, variants, methods_section_data)
         s.done()
         ablations[name] = Ablation(name, names, variants, axes, plot, x, baseline, time_baseline=time_baseline,
-                                   compare_to=_compare_to(baseline, variants, methods_section_data))
+                                   compare_to=_compare_to(baseline, variants, methods_section_data), paper=paper)
     return ablations, generated
 
 

@@ -7,6 +7,17 @@ ABLATION_PREFIX = "reports/ablations/{ablation}"
 from adaptive_rag.ablations import SPECIAL as SPECIAL_PLOTS
 
 
+def ablation_paper(wildcards):
+    """The HTML report's category for an ablation's files: its `paper:`, or "Ablations" without one."""
+    return P.ablations[wildcards.ablation].paper or "Ablations"
+
+
+def ablation_result(path, kind):
+    """An ablation's output in the HTML report (`snakemake --report`): under its paper, one subcategory per
+    ablation, captioned by workflow/report/<kind>.rst. A report flag is no rerun trigger."""
+    return report(path, caption=f"../report/{kind}.rst", category=ablation_paper, subcategory="{ablation}")
+
+
 def ablation_scores(wc):
     ablation = P.ablations[wc.ablation]
     return expand(SCORE, dataset=ablation.datasets, method=ablation.runs)
@@ -16,10 +27,10 @@ rule ablation:
     input:
         ablation_scores,
     output:
-        md=f"{ABLATION_PREFIX}.md",
-        csv=f"{ABLATION_PREFIX}.csv",
-        tex=f"{ABLATION_PREFIX}.tex",
-        png=f"{ABLATION_PREFIX}.png",
+        md=ablation_result(f"{ABLATION_PREFIX}.md", "ablation"),
+        csv=ablation_result(f"{ABLATION_PREFIX}.csv", "ablation"),
+        tex=ablation_result(f"{ABLATION_PREFIX}.tex", "ablation"),
+        png=ablation_result(f"{ABLATION_PREFIX}.png", "ablation"),
     params:
         prefix=ABLATION_PREFIX,
         settings=settings_key(P.report),  # the intervals' settings: rerun when they change
@@ -50,8 +61,8 @@ rule significance:
         split=lambda wc: SPLIT.format(dataset=P.ablations[wc.ablation].datasets[0]),
         model=MODEL_DIR,
     output:
-        csv="reports/ablations/{ablation}.csv",
-        png="reports/ablations/{ablation}.png",
+        csv=ablation_result(f"{ABLATION_PREFIX}.csv", "significance"),
+        png=ablation_result(f"{ABLATION_PREFIX}.png", "significance"),
     params:
         dataset=lambda wc: P.ablations[wc.ablation].datasets[0],
         question=lambda wc: f"--question {shlex.quote(P.ablations[wc.ablation].question)}"
@@ -59,6 +70,8 @@ rule significance:
         similarity=lambda wc: P.ablations[wc.ablation].similarity,
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "significance") or "(?!)",
+    resources:
+        gpu=MODEL_GPUS,
     log:
         "logs/ablations/{ablation}.log",
     shell:
@@ -72,14 +85,16 @@ rule uncertainty_sweep:
         split=lambda wc: SPLIT.format(dataset=P.ablations[wc.ablation].datasets[0]),
         model=MODEL_DIR,
     output:
-        csv="reports/ablations/{ablation}.csv",
-        png="reports/ablations/{ablation}.png",
+        csv=ablation_result(f"{ABLATION_PREFIX}.csv", "uncertainty-sweep"),
+        png=ablation_result(f"{ABLATION_PREFIX}.png", "uncertainty-sweep"),
     params:
         dataset=lambda wc: P.ablations[wc.ablation].datasets[0],
         method=lambda wc: P.ablations[wc.ablation].base,
         k_max=lambda wc: P.ablations[wc.ablation].k_max,
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "uncertainty-sweep") or "(?!)",
+    resources:
+        gpu=MODEL_GPUS,
     log:
         "logs/ablations/{ablation}.log",
     shell:
@@ -94,9 +109,9 @@ rule sugar_entropy_levels:
         provenance=lambda wc: expand(f"{RUN_DIR}/provenance.json", dataset=P.ablations[wc.ablation].datasets,
                                      method=P.ablations[wc.ablation].base),
     output:
-        png="reports/ablations/{ablation}.png",
-        csv="reports/ablations/{ablation}.csv",
-        md="reports/ablations/{ablation}.md",
+        png=ablation_result(f"{ABLATION_PREFIX}.png", "sugar-entropy"),
+        csv=ablation_result(f"{ABLATION_PREFIX}.csv", "sugar-entropy"),
+        md=ablation_result(f"{ABLATION_PREFIX}.md", "sugar-entropy"),
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "sugar-entropy") or "(?!)",
     log:

@@ -19,6 +19,8 @@ rule calibrate:
         "data/calibration/{dataset}/{method}.json",
     params:
         settings=lambda wc: json.dumps(P.run_settings(wc.dataset, wc.method), sort_keys=True),
+    resources:
+        gpu=MODEL_GPUS,
     log:
         "logs/calibrate/{dataset}/{method}.log",
     shell:

@@ -19,6 +19,10 @@ SEARCH_INDEX = INDEX_DIRS[P.retrieval.type]  # what retrieving methods search un
 SPLIT = "data/splits/{dataset}.jsonl"
 RUN_DIR = "data/runs/{dataset}/{method}"
 SCORE = "data/scores/{dataset}/{method}.json"
+# GPUs per process of a job that runs the model in-process (generate, calibrate, significance, the SeaKR
+# sweep): declared as the `gpu` resource, which a cluster executor turns into a GPU request (the SLURM
+# plugin's `--gpus`, docs/scale-out.md). None on the CPU, and none for an API model: its server has them.
+MODEL_GPUS = 1 if P.model.backend == "hf" and P.model.device.startswith("cuda") else 0
 
 
 def settings_key(*sections):

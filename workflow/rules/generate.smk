@@ -41,7 +41,7 @@ rule generate:
         out_dir=RUN_DIR,
     threads: P.generation.threads * P.generation.processes
     resources:
-        gpu=P.generation.processes if P.model.device.startswith("cuda") else 0,
+        gpu=P.generation.processes * MODEL_GPUS,  # one per Accelerate process
     log:
         "logs/generate/{dataset}/{method}.log",
     benchmark:

@@ -11,12 +11,16 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
 
+from ..errors import ConfigError
 from .base import (BLACK_BOX, NO_EXTRAS, Continuation, Extras, Prompt, SampleSet, SamplingParams, require,
                    to_sample_set)
 
 T = TypeVar("T")
 R = TypeVar("R")
-CARD_FIELDS = {"id", "object", "created", "owned_by"}  # the standard model-card fields (not identity)
+# The standard model-card fields, which are not the model's identity; `permission` is OpenAI's legacy
+# permission list, which vLLM fills with a fresh id and time on every request (kept, it would make every
+# job's call-cache keys differ).
+CARD_FIELDS = {"id", "object", "created", "owned_by", "permission"}
 
 
 class APIModel:
@@ -71,10 +75,25 @@ class APIModel:
         card fields (this project's server: `identity`, the served model's own identity with its weights hash)."""
         with self._lock:
             if self._identity is None:
-                card = self.client.models.retrieve(self.model)
+                card = self._card()
                 extra = {k: v for k, v in card.to_dict().items() if k not in CARD_FIELDS}
                 self._identity = {"backend": "api", "base_url": self.base_url, "model": self.model, **extra}
             return dict(self._identity)
+
+    def _card(self):
+        """The served model's card: `GET /models/<model>`, or its entry in `GET /models` on a server that
+        only lists its models (vLLM answers the first with a 404)."""
+        import openai
+
+        try:
+            return self.client.models.retrieve(self.model)
+        except openai.NotFoundError:
+            cards = list(self.client.models.list())
+        for card in cards:
+            if card.id == self.model:
+                return card
+        served = ", ".join(repr(c.id) for c in cards) or "none"
+        raise ConfigError(f"model.api.model: {self.base_url} does not serve {self.model!r} (it serves: {served})")
 
     # ---- the LanguageModel protocol ---------------------------------------------------------------
 
