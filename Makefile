@@ -4,7 +4,7 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup test demo clean-demo report
+.PHONY: setup test demo clean-demo report dvc-yaml record
 
 setup: $(VENV)/.installed
 
@@ -27,3 +27,12 @@ demo: setup
 # (docs/workflow.md#the-html-report). Build the results first (`make demo`, ablation targets).
 report: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/snakemake --report reports/report.html report_all
+
+# dvc.yaml is generated from params.yaml (docs/sharing-with-dvc.md); rewrite it after editing names/structure.
+dvc-yaml: setup
+	$(BIN)/adaptive-rag dvc-yaml
+
+# Record what `snakemake --cores all ...` built in dvc.lock without recomputing it (then: git add dvc.lock; dvc push).
+# STAGES= limits it to some stages or groups, e.g. `make record STAGES="report ablation"`.
+record: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/adaptive-rag dvc-record $(STAGES)

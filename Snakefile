@@ -4,6 +4,7 @@ import os
 import sys
 
 from adaptive_rag.config import load_params
+from adaptive_rag.dvc_stages import stale_message
 from adaptive_rag.errors import ConfigError
 
 
@@ -21,6 +22,9 @@ except ConfigError as exc:
     sys.exit(f"error: {exc}")
 if config != P.raw:
     sys.exit("error: params.yaml is the only configuration; edit it instead of passing --config/--configfile")
+_stale = stale_message(P, "dvc.yaml")  # dvc.yaml is generated from params.yaml: DVC would track old stages
+if _stale:
+    print(f"warning: {_stale}", file=sys.stderr)
 
 
 include: "workflow/rules/common.smk"

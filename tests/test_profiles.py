@@ -12,6 +12,7 @@ import zipfile
 import pytest
 
 from adaptive_rag.config import load_params
+from adaptive_rag.dvc_stages import check_current
 from adaptive_rag.prompts.fewshot import resolve_exemplars
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
@@ -30,8 +31,10 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     copy_workflow(tmp_path)
     shutil.copytree(REPO / "params", tmp_path / "params")
     cli = [sys.executable, "-m", "adaptive_rag"]
-    run([*cli, "profile", "paper"], tmp_path)
+    installed = run([*cli, "profile", "paper"], tmp_path)
     assert (tmp_path / "params.yaml").read_text() == (REPO / "params" / "paper.yaml").read_text()
+    assert "dvc.yaml: 53 stages written from params.yaml" in installed.stdout  # the stages follow the profile
+    check_current(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
     assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, seakr, shared, sugar" in result.stderr
 

@@ -10,6 +10,7 @@ import shutil
 import sys
 
 import pytest
+import yaml
 
 from conftest import (REPO, assert_report_shows_every_output, build_html_report, copy_workflow, edit_params,
                       planned_jobs, read_jsonl, run, snakemake)
@@ -59,10 +60,97 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
     assert result.returncode == 2 and result.stderr.strip() == "error: dataset file not found: data/demo/hotpot_demo.json"
 
 
-def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_dir, tmp_path):
-    sm = copy_workflow(tmp_path / "sm")
-    edit_params(sm, tiny_params(tiny_llama_dir))
-    snakemake(sm)
+# A cheap ablation on the experiment's own dataset: one sr-rag variant against the experiment's wo-rag run,
+# so its DVC stage depends on stages of the main experiment (and its variant's run belongs to no stage).
+CHEAP_ABLATION = {"sr-topk": {"datasets": ["demo"], "method": "sr-rag", "vary": {"top_k": [1]}, "baseline": "wo-rag"}}
+CLI = [sys.executable, "-m", "adaptive_rag"]
+GIT_COMMIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q"]
+
+
+def dvc_repository(root, tiny_llama_dir):
+    """A scratch copy with the tiny params and the cheap ablation, its dvc.yaml written for them, as a git
+    and DVC repository (with src/: the stages depend on the package code)."""
+    copy_workflow(root)
+
+    def edit(data):
+        tiny_params(tiny_llama_dir)(data)
+        data["ablations"] = CHEAP_ABLATION
+    edit_params(root, edit)
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    run([*CLI, "dvc-yaml"], root)
+    run(["git", "init", "-q"], root)
+    run(["dvc", "init", "-q"], root)
+    run(["dvc", "config", "core.analytics", "false"], root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def built_workflow(tiny_llama_dir, tmp_path_factory):
+    """The tiny demo and the cheap ablation built once by Snakemake (no DVC command run yet), shared by the
+    tests below: recording it for DVC, and Snakemake's incremental reruns."""
+    root = dvc_repository(tmp_path_factory.mktemp("built"), tiny_llama_dir)
+    snakemake(root, "all", "ablation_sr_topk")
+    return root
+
+
+def test_snakemake_outputs_are_recorded_for_dvc_without_recomputing_and_pulled_into_a_clone(built_workflow, tmp_path):
+    sm = built_workflow
+    snakemake(sm, "all", "ablation_sr_topk")  # nothing to do (unless a test before this one changed the tree)
+    stages = yaml.safe_load((sm / "dvc.yaml").read_text())["stages"]
+    assert {"report", "generate_demo_wo-rag", "ablation_sr_topk"} <= set(stages)
+
+    # Outputs that no longer match params.yaml are not recorded: Snakemake would still rerun them.
+    edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=2))
+    stale = run([*CLI, "dvc-record", "generate_demo_sr-rag"], sm, check=False)
+    assert stale.returncode == 2 and "nothing recorded: Snakemake would still run jobs" in stale.stderr
+    assert "(generate 1)" in stale.stderr and not (sm / "dvc.lock").exists()
+    edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
+
+    recorded = run([*CLI, "dvc-record"], sm)
+    assert f"recorded {len(stages)} stage(s) in dvc.lock" in recorded.stdout
+    assert "Data and pipelines are up to date." in run(["dvc", "status"], sm).stdout
+    repro = run(["dvc", "repro"], sm)
+    assert "Running stage" not in repro.stdout + repro.stderr
+    assert repro.stdout.count("didn't change, skipping") == len(stages)
+
+    # Push; a collaborator clones the commit and pulls every table and figure, byte for byte.
+    run(["dvc", "remote", "add", "-d", "local", str(tmp_path / "remote")], sm)
+    run(["git", "add", "-A"], sm)
+    run([*GIT_COMMIT, "-m", "results"], sm)
+    run(["dvc", "push"], sm)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(sm), str(clone)], tmp_path)
+    assert not (clone / "reports").exists()  # reports travel through DVC, not git
+    run(["dvc", "pull"], clone)
+    reports = sorted(str(p.relative_to(sm)) for p in (sm / "reports").rglob("*") if p.is_file())
+    assert reports == sorted([
+        "reports/ablations/sr-topk.csv", "reports/ablations/sr-topk.md", "reports/ablations/sr-topk.png",
+        "reports/ablations/sr-topk.tex", "reports/figures/retrievals.png", "reports/figures/scores.png",
+        "reports/tables/retrievals.csv", "reports/tables/retrievals.md", "reports/tables/scores.csv",
+        "reports/tables/scores.md", "reports/tables/scores.tex"])
+    for rel in reports + ["data/runs/demo/sr-rag/predictions.jsonl", "data/scores/demo/wo-rag.json"]:
+        assert filecmp.cmp(sm / rel, clone / rel, shallow=False), rel
+    assert not (clone / "data/runs/demo/sr-topk--1").exists()  # an ablation's own runs are not shared
+    assert "Data and pipelines are up to date." in run(["dvc", "status"], clone).stdout
+
+
+def test_dvc_stages_own_exactly_what_snakemake_writes(tmp_path):
+    """The report files of every stage in the repository's dvc.yaml are the ones Snakemake's rules write for
+    the stages' targets, and every other out is one of their outputs or a directory holding some."""
+    copy_workflow(tmp_path)
+    stages = yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]
+    targets = [stage["cmd"].removeprefix("snakemake --cores all ").split()[0] for stage in stages.values()]
+    summary = snakemake(tmp_path, "--summary", *targets).stdout.splitlines()
+    written = {line.split("\t")[0] for line in summary[1:] if line.strip()}
+    outs = [out for stage in stages.values() for out in stage["outs"]]
+    assert {o for o in outs if o.startswith("reports/")} == {w for w in written if w.startswith("reports/")}
+    for out in outs:
+        assert out in written or any(w.startswith(out + "/") for w in written), out
+
+
+def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflow, tiny_llama_dir, tmp_path):
+    sm = built_workflow
     for name in ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
                  "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/figures/retrievals.png"):
         assert (sm / name).stat().st_size > 0, name
@@ -113,23 +201,18 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(tiny_llama_di
         "reports/ablations/word-significance.csv"]
 
     # dvc repro in a fresh repository produces the same predictions; push/pull round-trips them.
-    dv = copy_workflow(tmp_path / "dvc")
-    edit_params(dv, tiny_params(tiny_llama_dir))
-    shutil.copytree(REPO / "src", dv / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    run(["git", "init", "-q"], dv)
-    run(["dvc", "init", "-q"], dv)
-    run(["dvc", "config", "core.analytics", "false"], dv)
-    run(["dvc", "repro"], dv)
+    dv = dvc_repository(tmp_path / "dvc", tiny_llama_dir)
+    run(["dvc", "repro", "report"], dv)  # the main experiment (`dvc repro` alone also runs the ablation)
     for method in ("wo-rag", "sr-rag"):
         rel = f"data/runs/demo/{method}/predictions.jsonl"
         assert filecmp.cmp(sm / rel, dv / rel, shallow=False), rel
-    assert "up to date" in run(["dvc", "status"], dv).stdout
+    assert "up to date" in run(["dvc", "status", "--with-deps", "report"], dv).stdout
     run(["dvc", "remote", "add", "-d", "local", str(tmp_path / "remote")], dv)
-    run(["dvc", "push"], dv)
+    run(["dvc", "push", "--with-deps", "report"], dv)
     shutil.copy(dv / "data/runs/demo/sr-rag/predictions.jsonl", tmp_path / "expected.jsonl")
     shutil.rmtree(dv / "data/runs")
     shutil.rmtree(dv / ".dvc/cache")
-    run(["dvc", "pull"], dv)
+    run(["dvc", "pull", "--with-deps", "report"], dv)
     assert filecmp.cmp(dv / "data/runs/demo/sr-rag/predictions.jsonl", tmp_path / "expected.jsonl", shallow=False)
 
 

@@ -64,7 +64,8 @@ class Ablation:
     question: str | None = None  # `significance`: the question whose first look-ahead sentence is shown
     similarity: str | None = None  # `significance`: SCW's encoder
     k_max: int | None = None  # `uncertainty-sweep`: samples per question (SeaKR Figure 3)
-    base: str | None = None  # `uncertainty-sweep`: the configuration swept; `sugar-entropy`: whose runs are drawn
+    base: str | None = None  # `uncertainty-sweep`: the configuration swept; `sugar-entropy`: whose runs are drawn;
+    #                          `significance`: whose encoder and model are used
     time_baseline: str | None = None  # the run `time_rel` divides by (a variant's, or a configuration's own)
     compare_to: str | None = None  # the run every variant is tested against (paired test, intervals)
     paper: str | None = None  # the paper it reproduces: the HTML report's category for its files
@@ -186,7 +187,7 @@ def _significance(name, s, names, methods_section_data, validate) -> Ablation:
     if "similarity" not in settings:
         raise s.fail("method", f"{base!r} has no `similarity` encoder (use a scaar or weighted-threshold method)")
     s.done()
-    return Ablation(name, names, [], {}, "significance", None, None, question, settings["similarity"])
+    return Ablation(name, names, [], {}, "significance", None, None, question, settings["similarity"], base=base)
 
 
 def _uncertainty_sweep(name, s, names, methods_section_data, validate) -> Ablation:

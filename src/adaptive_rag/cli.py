@@ -28,6 +28,7 @@ def cmd_check_params(args) -> None:
 
 
 PROFILES_DIR = Path("params")
+DVC_YAML = "dvc.yaml"  # generated from params.yaml (adaptive_rag.dvc_stages)
 
 
 def cmd_profile(args) -> None:
@@ -43,6 +44,38 @@ def cmd_profile(args) -> None:
     with atomic_write(target) as handle:
         handle.write(source.read_text(encoding="utf-8"))
     print(f"{target} <- {source}")
+    if Path(DVC_YAML).is_file():  # the stages follow the profile's experiment and ablations
+        _write_dvc_yaml(load_params(target), DVC_YAML)
+
+
+def _write_dvc_yaml(params, path: str) -> None:
+    from .dvc_stages import build_stages, render
+    from .io import atomic_write
+
+    text = render(params)
+    with atomic_write(Path(path)) as handle:
+        handle.write(text)
+    print(f"{path}: {len(build_stages(params))} stages written from {params.source}")
+
+
+def cmd_dvc_yaml(args) -> None:
+    """dvc.yaml is generated: DVC's templating cannot list a dataset x method product in one stage."""
+    params = _params(args)
+    if args.check:
+        from .dvc_stages import check_current
+
+        check_current(params, args.out)
+        print(f"{args.out}: up to date with {args.params}")
+        return
+    _write_dvc_yaml(params, args.out)
+
+
+def cmd_dvc_record(args) -> None:
+    from .dvc_record import record
+
+    names = record(_params(args), args.stages, DVC_YAML, check_snakemake=not args.no_dry_run)
+    print(f"recorded {len(names)} stage(s) in dvc.lock without running them; `dvc status` is clean for them. "
+          f"Commit dvc.lock (git add dvc.lock) and `dvc push` to share the outputs.")
 
 
 def cmd_model(args) -> None:
@@ -317,8 +350,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      "settings with their defaults (markdown; docs/methods.md holds the same table)")
     p.add_argument("--update", metavar="FILE", help="rewrite the table between the methods-table markers of FILE "
                                                     "(docs/methods.md) instead of printing it")
-    p = step("profile", cmd_profile, "replace params.yaml with a profile from params/ (demo, shared, paper)")
+    p = step("profile", cmd_profile, "replace params.yaml with a profile from params/ (demo, shared, paper) "
+                                     "and rewrite dvc.yaml for it")
     p.add_argument("name")
+    p = step("dvc-yaml", cmd_dvc_yaml, "write dvc.yaml from params.yaml: one DVC stage per shared artifact "
+                                       "(model, corpus, indexes, splits, experiment runs, report, each ablation)")
+    p.add_argument("--out", default=DVC_YAML, help="the file to write (default: dvc.yaml)")
+    p.add_argument("--check", action="store_true", help="write nothing; fail if the file differs from what "
+                                                        "params.yaml generates")
+    p = step("dvc-record", cmd_dvc_record, "record outputs Snakemake already built in dvc.lock (dvc commit) "
+                                           "without recomputing them; refuses missing or stale outputs")
+    p.add_argument("stages", nargs="*", metavar="STAGE", help="stage names or groups (generate, split, index, "
+                                                              "ablation); default: every stage of dvc.yaml")
+    p.add_argument("--no-dry-run", action="store_true", help="skip the `snakemake --dry-run` check that the "
+                                                             "outputs are current (faster; trust they are)")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
     p.add_argument("--out", required=True)
     p = step("download", cmd_download, "fetch one `downloads:` entry (resumable, verified, mirror-aware) "

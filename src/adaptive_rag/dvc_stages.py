@@ -1,0 +1,306 @@
+"""dvc.yaml, written from params.yaml: one DVC stage per artifact that is shared, each running the
+Snakemake target that builds it.
+
+Why generated rather than templated: DVC's `${...}` templating cannot put a list into `deps`/`outs`
+and has no conditionals, so it cannot say "the report reads every experiment run" (a dataset x method
+product) nor "this ablation writes md, csv, tex and png, that one csv and png" (the kinds' rules write
+different files). A DVC stage that owned a whole directory (`data/runs`) would overlap the ablations'
+runs written into it, and every ablation would leave that stage dirty. So each stage here names
+exactly the paths it owns, computed from the same `Params` the Snakefile reads:
+
+- `model`, `corpus`, `index_<kind>` (each index kind some run searches), `split_<dataset>`;
+- `generate_<dataset>_<method>` per experiment run: owns `data/runs/<dataset>/<method>`;
+- `report`: owns the experiment's score files and the tables and figures of `rule report`;
+- `ablation_<name>` per ablation (the Snakemake target of the same name): owns its report files under
+  reports/ablations/. Its variants' runs and scores are Snakemake intermediates that no stage owns
+  (they are not pushed); the stage's params are every setting those runs depend on (the generate
+  rule's `run_settings`), so DVC reruns it exactly when Snakemake would rerun one of its runs, and its
+  deps name the experiment runs and scores it reads, so DVC orders it after the stages owning them.
+
+Params dependencies mirror the settings each Snakemake rule reruns on (`Params.run_settings`), not
+whole sections, so e.g. `generation.threads` invalidates nothing in either tool.
+`adaptive-rag dvc-yaml` writes the file; `--check` (and `adaptive-rag dvc-record`) refuse a stale one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+HEADER = """\
+# GENERATED from params.yaml by `adaptive-rag dvc-yaml`: do not edit by hand. After changing params.yaml's
+# names or structure (experiment, datasets, ablations, model.name, corpus, retrieval.type) run
+# `adaptive-rag dvc-yaml`; `adaptive-rag dvc-yaml --check`, `adaptive-rag dvc-record` and the tests
+# refuse a stale file. Each stage runs one Snakemake target, so `dvc repro` and `snakemake --cores all`
+# run the same commands and write the same files; after a Snakemake build, `adaptive-rag dvc-record`
+# records its outputs in dvc.lock without recomputing them. See docs/sharing-with-dvc.md.
+"""
+
+SNAKEMAKE = "snakemake --cores all"
+SRC = "src/adaptive_rag"
+CODE = {  # the package code each kind of step runs (a change reruns the stage)
+    "corpus": [f"{SRC}/data/corpus.py"],
+    "index": [f"{SRC}/retrieval"],
+    "split": [f"{SRC}/data/datasets.py", f"{SRC}/data/sampling.py"],
+    "generate": [f"{SRC}/calibration.py", f"{SRC}/lm", f"{SRC}/methods", f"{SRC}/prompts", f"{SRC}/retrieval",
+                 f"{SRC}/runner.py"],
+    "report": [f"{SRC}/evaluation", f"{SRC}/reports"],
+}
+CODE["ablation"] = [*CODE["generate"], f"{SRC}/ablations.py", *CODE["report"]]
+
+# What `rule report` (workflow/rules/report.smk) writes.
+REPORT_FILES = ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
+                "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/tables/retrievals.csv",
+                "reports/figures/retrievals.png")
+# What each ablation kind's rule (workflow/rules/ablations.smk) writes as reports/ablations/<name>.<suffix>;
+# every kind not named here goes through `rule ablation`.
+ABLATION_SUFFIXES = {"significance": ("csv", "png"), "uncertainty-sweep": ("csv", "png"),
+                     "sugar-entropy": ("md", "csv", "png")}
+TABLE_SUFFIXES = ("md", "csv", "tex", "png")
+# The generation settings `Params.run_settings` reruns a run on (not threads, cache or processes).
+GENERATION_KEYS = ("decoding", "max_new_tokens", "batch_size", "answer_fallback_tokens")
+
+
+def ablation_rule(name: str) -> str:
+    """The Snakemake target of an ablation (the Snakefile's own naming), also its DVC stage name."""
+    return "ablation_" + name.replace("-", "_").replace(".", "_")
+
+
+def ablation_files(ablation) -> list[str]:
+    suffixes = ABLATION_SUFFIXES.get(ablation.plot, TABLE_SUFFIXES)
+    return [f"reports/ablations/{ablation.name}.{suffix}" for suffix in suffixes]
+
+
+def run_dir(dataset: str, method: str) -> str:
+    return f"data/runs/{dataset}/{method}"
+
+
+def score_file(dataset: str, method: str) -> str:
+    return f"data/scores/{dataset}/{method}.json"
+
+
+class _Builder:
+    """Collects the stages of one params file; each helper answers one question about a run."""
+
+    def __init__(self, params):
+        from .methods.registry import method_class
+
+        self.p, self.method_class = params, method_class
+        self.raw = params.raw
+        self.model_dir = f"data/models/{params.model.name}" if params.model.backend == "hf" else None
+        self.variant_of = {v.method: (a.name, v.base) for a in params.ablations.values() for v in a.variants}
+        self.experiment = [(d, m) for d in params.experiment_datasets for m in params.experiment_methods]
+
+    # ---- params keys: only those present in params.yaml (DVC refuses a missing one) ----
+
+    def _present(self, key: str) -> bool:
+        node = self.raw
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    def key(self, section: str, name: str, *rest: str) -> str:
+        """`section.name[.rest]`, or the whole section where `name` has a dot (DVC splits keys on dots)."""
+        return section if "." in name else ".".join((section, name, *rest))
+
+    def keys(self, keys) -> list[str]:
+        out = []
+        for k in keys:
+            if self._present(k) and k not in out:
+                out.append(k)
+        return out
+
+    def method_keys(self, method: str) -> list[str]:
+        """Where a configuration's settings live: its `methods:` entry, or (a variant) its ablation's
+        `vary` and its base's entry."""
+        if method in self.variant_of:
+            ablation, base = self.variant_of[method]
+            return [self.key("ablations", ablation, "vary"), self.key("methods", base)]
+        return [self.key("methods", method)]
+
+    # ---- what a run reads ----
+
+    def retrieves(self, method: str) -> bool:
+        return self.method_class(self.p.method(method).type).needs_retriever
+
+    def calibration(self, dataset: str, method: str) -> str | None:
+        cfg = self.p.method(method)
+        return self.method_class(cfg.type).calibration_dataset(cfg.settings_for(dataset), dataset)
+
+    def index_kinds(self, dataset: str, method: str) -> list[str]:
+        kinds = [self.p.retriever_kind(dataset, method)] if self.retrieves(method) else []
+        calibration = self.calibration(dataset, method)
+        if calibration and self.method_class(self.p.method(method).type).calibration_retrieves:
+            kinds.append(self.p.retriever_kind(calibration, method))
+        return kinds
+
+    def exemplars(self, dataset: str) -> list[str]:
+        spec = self.p.dataset(dataset).exemplars
+        return [] if spec.startswith("builtin:") else [spec]  # built-in sets are package code
+
+    def run_inputs(self, dataset: str, method: str) -> tuple[list[str], list[str]]:
+        """(deps, params) of one run and its calibration: what `generate_inputs`/`calibrate_inputs`
+        read and what `Params.run_settings` reruns on."""
+        calibration = self.calibration(dataset, method)
+        datasets = [dataset] + ([calibration] if calibration else [])
+        kinds = self.index_kinds(dataset, method)
+        deps = [d for d in [self.model_dir] if d]
+        deps += [self.p.index_dir(kind) for kind in kinds]
+        deps += [f"data/splits/{d}.jsonl" for d in datasets] + self.exemplars(dataset)
+        params = ["seed", "model", *(f"generation.{k}" for k in GENERATION_KEYS), *self.method_keys(method)]
+        params += [self.key("datasets", d) for d in datasets]
+        params += ["retrieval"] if kinds else []
+        return deps, params
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _covered(key: str, keys: list[str]) -> bool:
+    """`key` is inside another listed key (`ablations.x.vary` inside `ablations.x`)."""
+    return any(key.startswith(other + ".") for other in keys)
+
+
+def _stage(target: str, deps: list[str], params: list[str], outs: list[str]) -> dict:
+    stage: dict[str, Any] = {"cmd": f"{SNAKEMAKE} {target}"}
+    if deps:
+        stage["deps"] = _unique(deps)
+    params = _unique(params)
+    params = [k for k in params if not _covered(k, params)]
+    if params:
+        stage["params"] = params
+    stage["outs"] = _unique(outs)
+    return stage
+
+
+def build_stages(params) -> dict[str, dict]:
+    """Stage name -> {cmd, deps, params, outs}, in dependency order."""
+    b = _Builder(params)
+    p = params
+    stages = _Stages()
+    if b.model_dir:
+        stages.add("model", _stage("model", [], b.keys(["model.name", "model.source"]), [b.model_dir]))
+    collection = f"data/corpus/{p.corpus.name}"
+    planned = list(b.experiment) + [(d, m) for a in p.ablations.values() for d in a.datasets for m in a.runs]
+    kinds = _unique([p.retrieval.type, *(k for d, m in planned for k in b.index_kinds(d, m))])
+    stages.add("corpus", _stage(collection, [p.corpus.passages, *CODE["corpus"]], b.keys(["corpus"]), [collection]))
+    for kind in sorted(kinds):  # bm25, dense: the kinds some run searches
+        keys = ["retrieval.dense"] if kind == "dense" else []  # the BM25 index is built without settings
+        stages.add(f"index_{kind}", _stage(p.index_dir(kind), [collection, *CODE["index"]], b.keys(keys),
+                                           [p.index_dir(kind)]))
+    used = set(p.experiment_datasets) | {d for a in p.ablations.values() for d in a.datasets}
+    used |= {c for d, m in planned if (c := b.calibration(d, m))}
+    for name, ds in p.datasets.items():  # the splits something reads (a built-everything tree has no others)
+        if name in used:
+            split = f"data/splits/{name}.jsonl"
+            stages.add(f"split_{name}", _stage(
+                split, [ds.path, *CODE["split"]],
+                b.keys([b.key("datasets", name, k) for k in ("format", "path", "sample")]),
+                [split, f"data/splits/{name}.meta.json"]))
+    for dataset, method in b.experiment:
+        deps, keys = b.run_inputs(dataset, method)
+        stages.add(f"generate_{dataset}_{method}", _stage(
+            f"{run_dir(dataset, method)}/predictions.jsonl", deps + CODE["generate"], b.keys(keys),
+            [run_dir(dataset, method)]))
+    if b.experiment:
+        report_keys = ["experiment", "report", *(b.key("datasets", d) for d in p.experiment_datasets)]  # report: intervals
+        report_keys += [k for m in p.experiment_methods for k in b.method_keys(m)]  # which run is wo-RAG (S_eff)
+        stages.add("report", _stage("report", [run_dir(d, m) for d, m in b.experiment] + CODE["report"],
+                                    b.keys(report_keys),
+                                    [score_file(d, m) for d, m in b.experiment] + list(REPORT_FILES)))
+    for ablation in p.ablations.values():
+        stages.add(ablation_rule(ablation.name), _ablation_stage(b, ablation))
+    return dict(stages)
+
+
+class _Stages(dict):
+    """Stages by DVC-safe name: DVC forbids '.' in a stage name (method names may hold one,
+    `scaar-theta--scaar-0.9`), and two runs must never map to one name (`a_b` x `c` and `a` x `b_c`)."""
+
+    def add(self, name: str, stage: dict) -> None:
+        safe = name.replace(".", "_")
+        if safe in self:
+            raise ConfigError(f"two DVC stages would both be named {safe!r}; rename a dataset, method or "
+                              f"ablation so that they differ")
+        self[safe] = stage
+
+
+def _ablation_stage(b: _Builder, ablation) -> dict:
+    """An ablation's report files; deps and params cover every run it reads (see the module doc)."""
+    deps, keys = [], [b.key("ablations", ablation.name), "report"]  # report: the tables' intervals
+    for dataset in ablation.datasets:
+        deps += [f"data/splits/{dataset}.jsonl", *b.exemplars(dataset)]
+        keys.append(b.key("datasets", dataset))
+        for method in ablation.runs:
+            run_deps, run_keys = b.run_inputs(dataset, method)
+            deps += run_deps
+            keys += run_keys
+            if (dataset, method) in b.experiment:  # owned by generate_*/report: order after them
+                deps.append(run_dir(dataset, method))
+                if ablation.plot != "sugar-entropy":  # that one reads traces, not scores
+                    deps.append(score_file(dataset, method))
+    if not ablation.runs:  # significance, uncertainty-sweep: the model on one split, a base configuration
+        deps += [d for d in [b.model_dir] if d]
+        keys += ["seed", "model", *b.method_keys(ablation.base)]
+    return _stage(ablation_rule(ablation.name), deps + CODE["ablation"], b.keys(keys), ablation_files(ablation))
+
+
+def check_outs_disjoint(stages: dict) -> None:
+    """No path is inside (or equal to) another stage's out: DVC refuses overlapping outputs, and an out
+    written into another's directory would leave that stage dirty."""
+    owned = sorted((Path(out).parts, name) for name, stage in stages.items() for out in stage["outs"])
+    for (parts, name), (next_parts, next_name) in zip(owned, owned[1:]):
+        if next_parts[:len(parts)] == parts:
+            raise ConfigError(f"DVC stages {name!r} and {next_name!r} both own {'/'.join(next_parts)}")
+
+
+def render(params) -> str:
+    """The text of dvc.yaml for these params."""
+    import yaml
+
+    stages = build_stages(params)
+    check_outs_disjoint(stages)
+    body = yaml.safe_dump({"stages": stages}, sort_keys=False, default_flow_style=None, width=116)
+    return HEADER + body
+
+
+def check_current(params, path: str | Path = "dvc.yaml") -> None:
+    """Raise a ConfigError naming what differs unless `path` is exactly what `render` writes."""
+    import yaml
+
+    path = Path(path)
+    expected = render(params)
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: write it with `adaptive-rag dvc-yaml`")
+    text = path.read_text(encoding="utf-8")
+    if text == expected:
+        return
+    try:
+        have = (yaml.safe_load(text) or {}).get("stages") or {}
+    except yaml.YAMLError:
+        have = {}
+    want = yaml.safe_load(expected)["stages"]
+    added, removed = [n for n in want if n not in have], [n for n in have if n not in want]
+    changed = [n for n in want if n in have and have[n] != want[n]]
+    parts = [f"{label}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''}"
+             for label, names in (("missing stages", added), ("stages no longer in params", removed),
+                                  ("changed stages", changed)) if names]
+    detail = "; ".join(parts) or "same stages, different text"
+    raise ConfigError(f"{path} is out of date with {params.source} ({detail}); "
+                      f"run `adaptive-rag dvc-yaml` to rewrite it")
+
+
+def stale_message(params, path: str | Path = "dvc.yaml") -> str | None:
+    """Why `path` is stale, or None when it is current or absent (a checkout without DVC)."""
+    if not Path(path).is_file():
+        return None
+    try:
+        check_current(params, path)
+    except ConfigError as exc:
+        return str(exc)
+    return None

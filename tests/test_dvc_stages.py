@@ -1,0 +1,156 @@
+"""dvc.yaml is generated from params.yaml: the committed file is current, every ablation and experiment run
+has its stage, no two stages own overlapping paths, and `dvc-record` refuses missing outputs by name.
+
+The end-to-end path (Snakemake build, `adaptive-rag dvc-record`, `dvc repro` a no-op, push, pull into a
+clone) is in tests/test_workflow.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adaptive_rag.config import load_params, parse_params
+from adaptive_rag.dvc_record import record, select
+from adaptive_rag.dvc_stages import (ABLATION_SUFFIXES, REPORT_FILES, ablation_rule, build_stages,
+                                     check_current, check_outs_disjoint, render)
+from adaptive_rag.errors import ConfigError, InputError
+
+from conftest import REPO
+
+PROFILES = sorted(p.stem for p in (REPO / "params").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def committed():
+    """The stages of the repository's dvc.yaml as DVC reads them (the file, not a fresh render)."""
+    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+@pytest.fixture(scope="module")
+def params():
+    return load_params(REPO / "params.yaml")
+
+
+def test_committed_dvc_yaml_is_what_params_yaml_generates(params):
+    check_current(params, REPO / "dvc.yaml")
+
+
+def test_every_ablation_has_a_stage_owning_exactly_its_report_files(committed, params):
+    ablation_stages = {name for name in committed if name.startswith("ablation_")}
+    assert ablation_stages == {ablation_rule(name) for name in params.ablations}
+    for name, ablation in params.ablations.items():
+        stage = committed[ablation_rule(name)]
+        suffixes = ABLATION_SUFFIXES.get(ablation.plot, ("md", "csv", "tex", "png"))
+        assert stage["outs"] == [f"reports/ablations/{name}.{s}" for s in suffixes], name
+        assert stage["cmd"] == f"snakemake --cores all {ablation_rule(name)}"  # the Snakefile's target
+        assert f"ablations.{name}" in stage["params"]
+    assert committed["ablation_word_significance"]["outs"] == [
+        "reports/ablations/word-significance.csv", "reports/ablations/word-significance.png"]
+    # the special kinds read the model on one split with a base configuration, and no run
+    assert "methods.scaar" in committed["ablation_word_significance"]["params"]
+    assert {"methods.seakr", "datasets.demo-calib"} <= set(committed["ablation_seakr_sweep"]["params"])
+
+
+def test_experiment_runs_and_report_are_owned_path_by_path(committed, params):
+    runs = [(d, m) for d in params.experiment_datasets for m in params.experiment_methods]
+    for dataset, method in runs:
+        assert committed[f"generate_{dataset}_{method}"]["outs"] == [f"data/runs/{dataset}/{method}"]
+    report = committed["report"]
+    assert report["outs"] == [f"data/scores/{d}/{m}.json" for d, m in runs] + list(REPORT_FILES)
+    assert report["deps"][:len(runs)] == [f"data/runs/{d}/{m}" for d, m in runs]
+
+
+def test_an_ablation_reading_an_experiment_run_depends_on_it(committed):
+    """scaar-theta runs on the experiment's dataset and compares with its wo-rag run: DVC must order it
+    after the stages owning that run and score, or its Snakemake target would build them first."""
+    deps = committed["ablation_scaar_theta"]["deps"]
+    assert "data/runs/demo/wo-rag" in deps and "data/scores/demo/wo-rag.json" in deps
+    assert "data/runs/demo/wo-rag" not in committed["ablation_scaar_grid"]["deps"]  # demo-small only
+
+
+def test_params_dependencies_mirror_what_snakemake_reruns_on(committed, params):
+    sr = committed["generate_demo_sr-rag"]["params"]
+    assert {"methods.sr-rag", "datasets.demo", "retrieval", "model", "seed", "generation.max_new_tokens"} <= set(sr)
+    assert "generation" not in sr and "generation.threads" not in sr  # more threads rerun nothing
+    assert "retrieval" not in committed["generate_demo_wo-rag"]["params"]  # wo-rag searches nothing
+    # a variant's settings live in its ablation's `vary` and its base's entry; SeaKR's calibration split too
+    seakr = committed["ablation_seakr_reasoning"]
+    assert {"ablations.seakr-reasoning", "methods.seakr", "datasets.demo-calib"} <= set(seakr["params"])
+    assert "data/splits/demo-calib.jsonl" in seakr["deps"]
+    assert "data/index/demo/dense" in committed["ablation_scaar_retriever"]["deps"]
+    for name, stage in committed.items():  # DVC refuses a params key that params.yaml lacks
+        for key in stage.get("params", []):
+            node = params.raw
+            for part in key.split("."):
+                assert part in node, f"{name}: {key}"
+                node = node[part]
+
+
+def test_no_two_stages_own_overlapping_paths(committed):
+    check_outs_disjoint(committed)
+    outs = [out for stage in committed.values() for out in stage["outs"]]
+    assert len(outs) == len(set(outs))
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_renders_disjoint_stages(profile):
+    params = load_params(REPO / "params" / f"{profile}.yaml")
+    stages = build_stages(params)
+    check_outs_disjoint(stages)
+    assert {n for n in stages if n.startswith("ablation_")} == {ablation_rule(n) for n in params.ablations}
+    assert yaml.safe_load(render(params))["stages"] == stages
+
+
+def test_the_overlap_check_names_both_stages():
+    stages = {"generate": {"outs": ["data/runs"]}, "ablation_x": {"outs": ["data/runs/demo/x--1"]}}
+    with pytest.raises(ConfigError, match="'generate' and 'ablation_x' both own data/runs/demo/x--1"):
+        check_outs_disjoint(stages)
+
+
+def test_a_new_ablation_makes_the_committed_file_stale(tmp_path):
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["ablations"]["sr-topk"] = {"datasets": ["demo-small"], "method": "sr-rag", "vary": {"top_k": [1, 2]}}
+    with pytest.raises(ConfigError, match=r"dvc.yaml is out of date with params.yaml \(missing stages: "
+                                          r"ablation_sr_topk\); run `adaptive-rag dvc-yaml`"):
+        check_current(parse_params(data), REPO / "dvc.yaml")
+
+
+def test_stage_selection_takes_names_and_groups(committed):
+    assert select(committed, ["report"]) == ["report"]
+    assert select(committed, ["split"]) == [f"split_{d}" for d in ("demo", "demo-single", "demo-single-small",
+                                                                   "demo-single-calib", "demo-small", "demo-calib")]
+    assert select(committed, ["ablation_seakr_sweep", "ablation"])[0] == "ablation_seakr_sweep"
+    assert len(select(committed, [])) == len(committed)
+    with pytest.raises(InputError, match="no DVC stage 'reprot' in dvc.yaml"):
+        select(committed, ["reprot"])
+
+
+def test_record_refuses_missing_outputs_naming_stage_and_path(tmp_path, monkeypatch, params):
+    """Nothing built: the first missing file is named with its stage, before DVC is even started."""
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.yaml").write_text(render(params))
+    for path in ("data/models/smollm2-135m-instruct", "data/corpus/demo"):
+        (tmp_path / path).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as err:
+        record(params, ["model", "corpus", "index_bm25"])
+    message = str(err.value)
+    assert message.startswith("nothing recorded: these stages' files are missing")
+    assert "  stage index_bm25: output data/index/demo/bm25 does not exist" in message
+    assert "stage corpus: dependency data/demo/psgs_demo.tsv does not exist" in message
+    assert "stage model" not in message  # built: nothing missing
+    assert "build them first with `snakemake --cores all data/corpus/demo data/index/demo/bm25`" in message
+
+
+def test_record_refuses_a_stale_dvc_yaml(tmp_path, monkeypatch, params):
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.yaml").write_text(render(params).replace("ablation_sugar_entropy", "ablation_gone"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"dvc.yaml is out of date with \S*params.yaml \(missing stages: "
+                                          r"ablation_sugar_entropy; stages no longer in params: ablation_gone\)"):
+        record(params, [])
+    Path(".dvc").rmdir()
+    with pytest.raises(InputError, match="is not a DVC repository"):
+        record(params, [])
