@@ -4,7 +4,9 @@ rule's params trigger compares and what a run's progress log is bound to.
 `tests/fixtures/run_keys/<profile>.json` were written by this script with the code as it was before
 prompt templates and loop rules existed (`PYTHONPATH=<old src> python tests/run_keys.py OUT_DIR` at
 commit e906238), so a test can prove that runs built then keep their key: Snakemake reruns none of
-them and every call they made is still asked for with the same prompt.
+them and every call they made is still asked for with the same prompt. `demo.json` was captured again
+after a params change (SUGAR's single-hop tables moved to `demo-single-small`, whose `sugar` preset
+changes the `sugar` key); the code was the same, and the other five profiles kept every key.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_generate_jobs_ask_for_their_gpus_and_cpu_jobs_stay_small(tmp_path):
     edit_params(tmp_path, lambda d: (d["model"].update(device="cuda"), d["generation"].update(processes=2)))
     jobs = planned(tmp_path, "all", "ablation_seakr_sweep", "data/runs/demo-small/seakr/predictions.jsonl")
     rules = [rule for rule, _ in jobs]
-    assert rules.count("generate") == 7  # one job per dataset x method: the experiment's six, SeaKR on demo-small
+    assert rules.count("generate") == 13  # one job per dataset x method: the experiment's 6 x 2, SeaKR on demo-small
     assert {"calibrate", "uncertainty_sweep", "split", "score", "report", "index", "corpus", "model"} <= set(rules)
     for rule, resources in jobs:
         if rule == "generate":  # generation.processes GPUs: one per Accelerate process
@@ -58,7 +58,7 @@ def test_generate_jobs_ask_for_their_gpus_and_cpu_jobs_stay_small(tmp_path):
     # On the CPU, or with an API model (its server holds the GPUs), no job asks for one.
     edit_params(tmp_path, lambda d: d["model"].update(device="cpu"))
     jobs = planned(tmp_path, "all")
-    assert [r for r, _ in jobs].count("generate") == 6 and all(res.get("gpu", "0") == "0" for _, res in jobs)
+    assert [r for r, _ in jobs].count("generate") == 12 and all(res.get("gpu", "0") == "0" for _, res in jobs)
 
     def api(data):  # only methods that need nothing but log-probabilities
         data["model"].update(device="cuda", backend="api", api={"base_url": "http://127.0.0.1:8000/v1", "model": "m"})
@@ -66,4 +66,4 @@ def test_generate_jobs_ask_for_their_gpus_and_cpu_jobs_stay_small(tmp_path):
         data["experiment"]["methods"], data["ablations"] = ["wo-rag", "sr-rag", "flare"], {}
     edit_params(tmp_path, api)
     jobs = planned(tmp_path, "all")
-    assert [r for r, _ in jobs].count("generate") == 3 and all(res.get("gpu", "0") == "0" for _, res in jobs)
+    assert [r for r, _ in jobs].count("generate") == 6 and all(res.get("gpu", "0") == "0" for _, res in jobs)

@@ -81,7 +81,7 @@ def test_sugar_tables_have_time_rel_against_their_own_sr_rag_row(base, tmp_path)
     paths = []
     for variant in ablation.variants:
         method = variant.values["method"]
-        score(tmp_path / f"{method}.json", "demo-small", variant.method, walls[method],
+        score(tmp_path / f"{method}.json", ablation.datasets[0], variant.method, walls[method],
               hits=1 if method == "ircot" else 0)
         paths.append(tmp_path / f"{method}.json")
     frame = ablation_frame(ablation, paths, params)
@@ -125,19 +125,25 @@ def test_an_explicit_time_baseline_outside_the_rows_is_run_too(base):
 def test_demo_defines_the_sugar_tables_and_figure(base):
     params = parse_params(base)
     rows = ["wo-rag", "sr-rag", "ircot", "sugar"]
-    for name in ("sugar-table1", "sugar-table2"):
-        assert params.ablations[name].vary == {"method": rows} and params.ablations[name].datasets == ["demo-small"]
+    # Tables I and III are the paper's single-hop tables, Table II its multi-hop one
+    for name, datasets in (("sugar-table1", ["demo-single-small"]), ("sugar-table2", ["demo-small"])):
+        assert params.ablations[name].vary == {"method": rows} and params.ablations[name].datasets == datasets
     signal = params.ablations["sugar-signal"]
+    assert signal.datasets == ["demo-single-small"]
     assert signal.vary["method"] == ["wo-rag", "sr-rag", "sugar-pe-mean", "sugar-pe-se", "sugar-mean"]
     settings = {name: params.method(f"sugar-signal--{name}").settings for name in signal.vary["method"][2:]}
     assert {n: (s["signal"], s["thresholds"], s["threshold_signal"]) for n, s in settings.items()} == {
         "sugar-pe-mean": ("pe", "mean", "pe"), "sugar-pe-se": ("pe", "mean", "se"), "sugar-mean": ("se", "mean", "se")}
+    assert {s["calibration_dataset"] for s in settings.values()} == {"demo-single-calib"}
     sugar = params.method("sugar").settings
     assert (sugar["thresholds"], sugar["calibration_dataset"], sugar["judge"], sugar["samples"],
             sugar["prompt_style"], sugar["max_sample_tokens"]) == ("calibrated", "demo-calib", "match", 10,
                                                                    "qa-oneshot", 32)
+    # single-hop questions are calibrated on single-hop ones, disjoint from them
+    assert params.method("sugar").settings_for("demo-single-small")["calibration_dataset"] == "demo-single-calib"
     figure = params.ablations["sugar-entropy"]
     assert (figure.plot, figure.base, figure.runs, figure.variants) == ("sugar-entropy", "sugar", ["sugar"], [])
+    assert figure.datasets == ["demo-single-small", "demo-small"]
 
 
 def test_the_entropy_figure_draws_sugar_runs_only(base):

@@ -186,14 +186,14 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     # The HTML report (`make report`): every table and figure of the main experiment and of each ablation
     # already built, here one without `paper:` (filed under "Ablations"); the 19 not built are left out.
     def significance(data):
-        data["ablations"]["word-significance"].pop("question")  # the split's first question
-        data["ablations"]["word-significance"].pop("paper")
-    edit_params(sm, significance)
+        repo = yaml.safe_load((REPO / "params.yaml").read_text())["ablations"]["word-significance"]
+        data["ablations"]["word-significance"] = {k: v for k, v in repo.items() if k not in ("question", "paper")}
+    edit_params(sm, significance)  # the split's first question; no `paper:`
     snakemake(sm, "ablation_word_significance")
     report, seconds = build_html_report(sm, "report_all")
     print(f"report_all: HTML report built in {seconds:.1f} s")
     assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals"},
-                                                  "Ablations": {"word-significance"}})
+                                                  "Ablations": {"word-significance", "sr-topk"}})
     text = {path: re.sub(r"<[^>]+>", "", result["caption"]) for path, result in report["results"].items()}
     assert "dragin: {reference: paper, theta: 0.3, top_n: 35}" in text["reports/tables/scores.md"]
     assert "sample: {mode: random, size: 4, seed: 0}" in text["reports/figures/retrievals.png"]
@@ -334,8 +334,11 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
         data["datasets"]["demo-small"]["sample"]["size"] = 2
         data["datasets"]["demo-calib"]["sample"].update(size=2, skip=2)
         for name in ("sugar", "sugar-mean", "sugar-pe-mean", "sugar-pe-se"):
-            data["methods"][name].update(samples=3, max_sample_tokens=4, multi={"max_steps": 2})
-        data["ablations"] = {name: data["ablations"][name] for name in ("sugar-signal", "sugar-entropy")}
+            data["methods"][name].update(samples=3, max_sample_tokens=4, multi={"max_steps": 2},
+                                         calibration_dataset="demo-calib")
+        data["methods"]["sugar"].pop("per_dataset", None)  # one split pair here: demo-small, demo-calib
+        data["ablations"] = {name: {**data["ablations"][name], "datasets": ["demo-small"]}
+                             for name in ("sugar-signal", "sugar-entropy")}
     edit_params(tmp_path, edit)
     snakemake(tmp_path, "ablation_sugar_signal", "ablation_sugar_entropy")
 
