@@ -78,6 +78,24 @@ def api(server):
         yield model
 
 
+def reply_json(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers: dict | None = None) -> None:
+    """A stub server's answer: `data` (JSON bytes) with its status and extra headers."""
+    handler.send_response(status)
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def start_stub(handler_class) -> tuple[ThreadingHTTPServer, str]:
+    """A stub OpenAI-compatible server in a thread, and its /v1 base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
 def assert_same(got, want):
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -213,17 +231,9 @@ def test_429_and_5xx_are_retried(server, hf):
                 reply = conn.getresponse()
                 status, headers, data = reply.status, {}, reply.read()
                 conn.close()
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply_json(self, status, data, headers)
 
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
+    proxy, base = start_stub(Flaky)
     try:
         with APIModel(base, NAME, max_retries=3) as flaky:
             got = flaky.generate(PROMPTS[:1], max_new_tokens=6)
@@ -422,16 +432,9 @@ def test_identity_from_a_server_that_only_lists_its_models():
                     "permission": [{"id": f"modelperm-{len(requests)}", "created": int(time.time())}]}]}
             else:
                 status, body = 404, {"error": {"message": "Not Found", "type": "NotFoundError", "code": 404}}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply_json(self, status, json.dumps(body).encode())
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ListsOnly)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server, base = start_stub(ListsOnly)
     try:
         identities = []
         for _ in range(2):  # two jobs
