@@ -58,7 +58,28 @@ def test_a_dataset_field_calibrates_each_dataset_on_its_own_split(base):
         parse_params(base)
     base["datasets"]["demo-small-calib"] = {**base["datasets"]["demo-calib"]}
     params = parse_params(base)
-    variant = params.method("sugar-table1--sugar")  # an ablation variant: no per_dataset presets
+    variant = params.method("sugar-table1--sugar")  # an ablation variant
     assert [method_class("sugar").inputs(variant.settings_for(d), d, variant.name)["calibration"]
             for d in ("demo", "demo-small")] == ["data/calibration/demo-calib/sugar-table1--sugar.json",
                                                  "data/calibration/demo-small-calib/sugar-table1--sugar.json"]
+
+
+def test_ablation_variants_keep_the_per_dataset_presets_with_the_varied_value_on_top(base):
+    """SUGAR's Table I variant calibrates single-hop questions on the single-hop split, as `sugar` does;
+    a preset never overrides the value an ablation varies."""
+    from adaptive_rag.methods.registry import method_class
+
+    params = parse_params(base)
+    variant, plain = params.method("sugar-table1--sugar"), params.method("sugar")
+    for dataset in ("demo-single-small", "demo-small"):
+        assert variant.settings_for(dataset)["calibration_dataset"] == plain.settings_for(dataset)["calibration_dataset"]
+    assert method_class("sugar").inputs(variant.settings_for("demo-single-small"), "demo-single-small",
+                                        variant.name)["calibration"] == \
+        "data/calibration/demo-single-calib/sugar-table1--sugar.json"
+    base["methods"]["sugar"]["per_dataset"]["demo-small"] = {"temperature": 0.5}
+    base["ablations"]["sugar-temperature"] = {"datasets": ["demo-small"], "method": "sugar",
+                                              "vary": {"temperature": [0.7, 1.0]}}
+    params = parse_params(base)
+    assert params.method("sugar").settings_for("demo-small")["temperature"] == 0.5
+    assert [params.method(f"sugar-temperature--{t}").settings_for("demo-small")["temperature"]
+            for t in ("0.7", "1.0")] == [0.7, 1.0]

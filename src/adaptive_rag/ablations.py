@@ -86,7 +86,7 @@ def _slug(value: Any) -> str:
 def parse_ablations(section, methods_section_data: dict, datasets: dict, validate) -> tuple[dict, dict]:
     """(ablations by name, generated method configurations by name) from the `ablations:` section.
 
-    `validate(name, type, data, path)` turns raw settings into a MethodConfig (the normal path)."""
+    `validate(name, type, data, path, per_dataset)` turns raw settings into a MethodConfig (the normal path)."""
     ablations, generated = {}, {}
     for name in section.data:
         check_name(section, name, "ablation")
@@ -139,11 +139,13 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
             base = values.get("method", bases[0])
             method_name = name + SEPARATOR + "-".join(_slug(values[k]) for k in keys)
             raw = methods_section_data[base] or {}
-            data = {k: v for k, v in raw.items() if k != "per_dataset"}
-            data.update({k: v for k, v in values.items() if k != "method"})
+            varied = {k: v for k, v in values.items() if k != "method"}
+            data = {k: v for k, v in raw.items() if k != "per_dataset"} | varied
             method_type = data.pop("type", base)
+            # the base's per-dataset presets still apply to its variants; the varied values win over them
+            presets = {d: {**(p or {}), **varied} for d, p in (raw.get("per_dataset") or {}).items()}
             path = f"ablations.{name}.vary ({', '.join(f'{k}={v}' for k, v in values.items())})"
-            generated[method_name] = validate(method_name, method_type, data, path)
+            generated[method_name] = validate(method_name, method_type, data, path, presets)
             variants.append(Variant(method_name, base, values))
         time_baseline = _time_baseline(s, variants, methods_section_data)
         s.done()
@@ -221,7 +223,7 @@ def _base(s, default: str, methods_section_data: dict, validate) -> tuple[str, s
         raise s.fail("method", f"names {base!r}, which is not under methods:")
     raw = {k: v for k, v in (methods_section_data[base] or {}).items() if k != "per_dataset"}
     method_type = raw.pop("type", base)
-    return base, method_type, validate(base, method_type, raw, f"methods.{base}").settings
+    return base, method_type, validate(base, method_type, raw, f"methods.{base}", {}).settings
 
 
 def check_no_clash(generated: dict, methods: dict) -> None:

@@ -399,8 +399,12 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
 
 def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str, MethodConfig]) -> dict:
     """Ablation experiments; their variants join `methods` as ordinary configurations."""
-    def validate(name, method_type, data, path):
-        return MethodConfig(name, method_type, validate_settings(method_type, Section(data, path, s.source)))
+    def validate(name, method_type, data, path, presets):
+        per_dataset = {dataset: validate_settings(method_type, Section({**data, **preset},
+                                                                       f"{path} on {dataset}", s.source))
+                       for dataset, preset in presets.items()}
+        return MethodConfig(name, method_type, validate_settings(method_type, Section(data, path, s.source)),
+                            per_dataset)
 
     ablations, generated = parse_ablations(s, methods_data, datasets, validate)
     check_no_clash(generated, methods)
