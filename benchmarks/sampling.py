@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
-import time
 from dataclasses import replace
 
 import numpy as np
 
-from model_args import REPO, add_model_arguments, model_argv, require_model
+from model_args import REPO, add_model_arguments, measured, model_argv, require_model, start_clock
 STOP = ("\n\n", "Question:", ". ")  # one sentence: SeaKR's pseudo-step
 MAX_NEW_TOKENS = 100
 LAYER = 15  # 1-based, the middle of SmolLM2-135M's 30 layers
@@ -95,11 +93,7 @@ def child(args) -> None:
     grams, calls = None, 0
     lm.generate(prompts[:1], 1)  # untimed: encodes the shared few-shot prefix (once per dataset in a run)
     lm.forward_tokens = 0
-    cuda = args.device.startswith("cuda")
-    if cuda:
-        lm.torch.cuda.synchronize()
-        lm.torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
+    start = start_clock(lm.torch, args.device)
     if args.child == "batched":
         samples = [lm.sample(p, params, max_new, stop, extras) for p in prompts]
         calls = len(prompts)
@@ -113,13 +107,8 @@ def child(args) -> None:
     else:
         sets = lm.sample_batch(prompts, params, max_new, stop, extras)
         samples, grams, calls = [s.samples for s in sets], [s.grams[str(LAYER)].tolist() for s in sets], 1
-    if cuda:
-        lm.torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
     print(json.dumps({
-        "seconds": seconds, "forward_tokens": lm.forward_tokens, "calls": calls,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_gpu_mb": lm.torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+        **measured(lm.torch, args.device, start), "forward_tokens": lm.forward_tokens, "calls": calls,
         "tokens": [[c.token_ids for c in row] for row in samples],
         "finals": None if grams or args.workload == "sugar" else [[c.final_hidden[0].tolist() for c in row]
                                                                   for row in samples],

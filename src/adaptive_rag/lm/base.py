@@ -17,8 +17,8 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .capabilities import (ATTENTIONS, BLACK_BOX, ENTROPY, HIDDEN_STATES, LOGITS, LOGPROBS,  # noqa: F401
-                           SAMPLING, SCORING, WHITE_BOX, missing)
+from .capabilities import (ATTENTIONS, BLACK_BOX, ENTROPY, GRADIENTS, HIDDEN_STATES, LOGITS,  # noqa: F401
+                           LOGPROBS, SAMPLING, SCORING, WHITE_BOX, missing)
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,58 @@ class SampleSet:
     grams: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+IG_METHODS = ("gausslegendre", "riemann_right")
+IG_TARGETS = ("probability", "log-probability")
+
+
+@dataclass(frozen=True)
+class IGSettings:
+    """How `attribution` integrates. The defaults are DioR's reference (`IntegratedGradientsAnalyzer`,
+    itself Snyder et al. 2024's): the softmax probability of the greedy next token, 64 Gauss-Legendre
+    nodes (captum's default method). `batch` is how many interpolation points go through the model in
+    one forward + backward (the reference: captum's `internal_batch_size=4`); 1 is the one-step-at-a-time
+    path. It only bounds memory and changes the last bits (a different matrix shape), never the
+    integral, but it is part of the cache key because a cached result must equal a fresh one exactly.
+    """
+
+    target: str = "probability"  # probability (reference) | log-probability
+    steps: int = 64
+    method: str = "gausslegendre"  # gausslegendre (reference) | riemann_right
+    batch: int = 16
+
+    def __post_init__(self):
+        if self.target not in IG_TARGETS:
+            raise ValueError(f"IG target must be one of {', '.join(IG_TARGETS)}; got {self.target!r}")
+        if self.method not in IG_METHODS:
+            raise ValueError(f"IG method must be one of {', '.join(IG_METHODS)}; got {self.method!r}")
+        for name in ("steps", "batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"IG {name} must be a positive integer; got {value!r}")
+
+
+@dataclass
+class Attribution:
+    """Integrated Gradients of one prompt's tokens for the model's own next token (white-box only).
+
+    Per prompt token j (all of them, a BOS the tokenizer adds included, as in the reference):
+    `l2[j]` = ||IG_j||_2 over the embedding dimension (what DioR's detector reads, normalised), `dot[j]` =
+    sum_d IG_j,d (the signed share of F(x) - F(0)). `value` = F(x), `baseline_value` = F(0) for the
+    target F, so `dot.sum() - (value - baseline_value)` is the quadrature error (completeness). Only
+    per-token numbers are kept, not the [n, d] matrix: that is what every use reads, and it keeps a
+    cached row small (d is 4,096 for Llama-2-7B).
+    """
+
+    tokens: list[str]  # each prompt token's text (they join to the decoded prompt)
+    token_ids: list[int]
+    target_id: int  # argmax of the next-token distribution at the real input
+    target: str  # its text
+    value: float  # F(x)
+    baseline_value: float  # F(0)
+    l2: np.ndarray  # [n] float64
+    dot: np.ndarray  # [n] float64
+
+
 def gram(states: np.ndarray) -> np.ndarray:
     """Feature-centred Gram matrix Σ = Z J_d Zᵀ of k sample states Z [k, d], in float64.
 
@@ -220,6 +272,10 @@ class LanguageModel(Protocol):
     def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
         """White-box only (`attentions`): [2, heads, n], the largest attention each token receives from a
         later token per head ([0]) and its attention to itself ([1]), in a pass over the tokens alone."""
+
+    def attribution(self, prompt: Prompt, settings: IGSettings = IGSettings()) -> Attribution:
+        """White-box only (`gradients`): Integrated Gradients of every prompt token for the probability
+        (or log-probability) of the model's greedy next token, zero-embedding baseline."""
 
 
 def require(capabilities: frozenset[str], needs: set[str], who: str, backend: str) -> None:

@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .base import NO_EXTRAS, Continuation, Extras, LanguageModel, Prompt, SampleSet, SamplingParams
+from .base import (NO_EXTRAS, Attribution, Continuation, Extras, IGSettings, LanguageModel, Prompt, SampleSet,
+                   SamplingParams)
 
 try:  # POSIX only; elsewhere concurrent first opens simply are not serialised
     import fcntl
@@ -112,7 +113,8 @@ def call_key(identity: dict, op: str, prompt: Prompt | None, **params: Any) -> s
 # JSON has no arrays, numpy scalars, tuples or dataclasses: each travels as a one-key dict with a tag;
 # an ordinary one-key dict whose key happens to be a tag is escaped with _T_DICT.
 _T_ARRAY, _T_SCALAR, _T_TUPLE, _T_DICT = "__ndarray__", "__npscalar__", "__tuple__", "__dict__"
-_RECORDS = {"__continuation__": Continuation, "__sampleset__": SampleSet}  # dataclasses stored field by field
+_RECORDS = {"__continuation__": Continuation, "__sampleset__": SampleSet,  # dataclasses stored field by field
+            "__attribution__": Attribution}
 _RECORD_TAGS = {cls: tag for tag, cls in _RECORDS.items()}
 _TAGS = {_T_ARRAY, _T_SCALAR, _T_TUPLE, _T_DICT, *_RECORDS}
 
@@ -578,6 +580,17 @@ class CachedModel:
             return cached
         result = self.model.received_attention(token_ids, layer)
         self.cache.put("attention", key, result)
+        return result
+
+    def attribution(self, prompt: Prompt, settings: IGSettings = IGSettings()) -> Attribution:
+        """Keyed on every IG setting, `batch` included: chunking changes the last bits, and a cached
+        result must be the one a fresh call would give."""
+        key = call_key(self._identity, "attribution", prompt, settings=settings)
+        cached = self.cache.get("attribution", key, accept=lambda r: isinstance(r, Attribution))
+        if cached is not None:
+            return cached
+        result = self.model.attribution(prompt, settings)
+        self.cache.put("attribution", key, result)
         return result
 
     def __getattr__(self, name: str) -> Any:

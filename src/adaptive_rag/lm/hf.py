@@ -31,8 +31,8 @@ import numpy as np
 
 from ..errors import InputError
 from .capabilities import DTYPES
-from .base import (NO_EXTRAS, WHITE_BOX, Continuation, Extras, GenerationStopped, Prompt, SampleSet,
-                   SamplingParams, cut_at_stop, to_sample_set)
+from .base import (NO_EXTRAS, WHITE_BOX, Attribution, Continuation, Extras, GenerationStopped, IGSettings, Prompt,
+                   SampleSet, SamplingParams, cut_at_stop, to_sample_set)
 
 class HFModel:
     capabilities = WHITE_BOX
@@ -365,6 +365,23 @@ class HFModel:
         later = torch.tril(attention, diagonal=-1).max(dim=1).values  # over queries j > i, per key i
         own = attention.diagonal(dim1=-2, dim2=-1)
         return torch.stack([later, own]).cpu().numpy()
+
+    # ---- Integrated Gradients of the prompt tokens ---------------------------------------------
+
+    def attribution(self, prompt: Prompt, settings: IGSettings = IGSettings()) -> Attribution:
+        """IG of every token of the encoded prompt for the model's greedy next token, reduced per token
+        (`lm.integrated_gradients` computes it; DioR's reference feeds the bare question as raw text,
+        so the tokenizer's BOS, where it adds one, is a token too). Costs settings.steps + 2 forward
+        passes over the prompt (the steps with a backward), in chunks of `settings.batch` rows."""
+        from .integrated_gradients import integrated_gradients, per_token
+
+        ids, _ = self.encode(prompt)
+        result = integrated_gradients(self.model, ids, settings)
+        self.forward_tokens += (settings.steps + 2) * len(ids)
+        l2, dot = per_token(result.attributions)
+        return Attribution(tokens=self.token_texts(ids), token_ids=ids, target_id=result.target_id,
+                           target=self.tokenizer.decode([result.target_id]), value=result.value,
+                           baseline_value=result.baseline_value, l2=l2, dot=dot)
 
     @property
     def end_of_turn_text(self) -> str | None:
