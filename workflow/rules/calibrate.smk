@@ -9,6 +9,7 @@ def calibrate_inputs(wc):
     inputs = {"split": SPLIT.format(dataset=wc.dataset), "model": MODEL_DIR}
     if method_class(P.method(wc.method).type).calibration_retrieves:
         inputs["index"] = search_index(wc.dataset, wc.method)
+        inputs.update(encoder_inputs(wc.dataset, wc.method, inputs))
     return inputs
 
 

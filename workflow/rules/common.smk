@@ -7,15 +7,15 @@ import sys
 from adaptive_rag.config import as_dict
 from adaptive_rag.methods.registry import method_class
 from adaptive_rag.prompts.fewshot import resolve_exemplars
+from adaptive_rag.retrieval import NAMED_DENSE
 
 # The Python running Snakemake runs the steps too, so an unactivated venv works the same.
 CLI = f"{shlex.quote(sys.executable)} -m adaptive_rag --params params.yaml"
-MODEL_DIR = f"data/models/{P.model.name}"
+MODEL_DIR = P.model_dir
 COLLECTION_DIR = f"data/corpus/{P.corpus.name}"
 INDEX_DIR = P.index_dir("bm25")
 DENSE_DIR = P.index_dir("dense")
-INDEX_DIRS = {"bm25": INDEX_DIR, "dense": DENSE_DIR}  # by retriever kind (Params.retriever_kind picks one)
-SEARCH_INDEX = INDEX_DIRS[P.retrieval.type]  # what retrieving methods search unless they name a retriever
+SEARCH_INDEX = P.index_dir(P.retrieval.type)  # what retrieving methods search unless they name a retriever
 SPLIT = "data/splits/{dataset}.jsonl"
 RUN_DIR = "data/runs/{dataset}/{method}"
 SCORE = "data/scores/{dataset}/{method}.json"

