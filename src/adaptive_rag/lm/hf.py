@@ -153,7 +153,7 @@ class HFModel:
             torch = self.torch
             with torch.inference_mode():
                 ids = torch.tensor([prefix], device=self.device)
-                result = self.model(input_ids=ids, use_cache=True)
+                result = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)  # only its KV cache is used
             self.forward_tokens += len(prefix)
             self._prefix_ids, self._prefix_cache = prefix, result.past_key_values
         return self._prefix_cache
@@ -196,7 +196,8 @@ class HFModel:
         active = list(range(batch))
         with torch.inference_mode(), self._mlp_hooks(final_layers if extras.final_source == "mlp" else (), captured):
             out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                             position_ids=positions.to(self.device), past_key_values=cache, use_cache=True)
+                             position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
+                             logits_to_keep=1)  # the next token's logits only: no LM head over the prompt
             self.forward_tokens += int(sum(len(s) for s in suffixes[:len(input_ids)]))
             if replicas > 1:
                 out.past_key_values.batch_repeat_interleave(replicas)
