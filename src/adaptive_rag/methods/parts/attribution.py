@@ -22,11 +22,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...lm.base import Attribution
+from ...lm.base import Attribution, Prompt
 
 AGGREGATES = ("l2", "dot")
 READINGS = ("eq6", "eq1-printed")
 FEATURES = ("attribution-sequence", "attribution-entropy")
+
+
+def bare_question(question: str) -> Prompt:
+    """The prompt both the early detector's data and DioR's early detection attribute: the question alone
+    as raw text (the reference's `get_ig` input: no exemplars, no chat template; the tokenizer's BOS,
+    where it adds one, is a token too). One function, so the detector is applied to exactly the input
+    it was trained on."""
+    return Prompt(text=question.strip())
 
 
 def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
