@@ -45,6 +45,25 @@ def base():
 
 # ---- configuration ----
 
+def test_named_encoders_beside_the_single_form_leave_every_built_run_and_stage_as_it_was(base):
+    """A study that searches `dense` adds named encoders beside it: its runs keep their keys and the
+    single index its DVC stage; the named kinds record their own encoder."""
+    before = parse_params(copy.deepcopy(base))
+    data = copy.deepcopy(base)
+    data["retrieval"]["dense"].update(named(copy.deepcopy(base))["retrieval"]["dense"])
+    data["methods"]["sr-rag"]["retriever"] = "dense:sgpt"
+    after = parse_params(data)
+    assert after.retrieval.dense == before.retrieval.dense and set(after.retrieval.encoders) == {"sbert", "sgpt"}
+    for method in ("flare", "scaar-retriever--dense", "scaar-retriever--bm25"):
+        assert digest(after.run_settings("demo-small", method)) == digest(before.run_settings("demo-small", method))
+    assert after.retriever_kind("demo-small", "scaar-retriever--dense") == "dense"
+    assert after.run_settings("demo", "sr-rag")[-1]["dense"]["name"] == "sgpt"
+    stages = build_stages(after)
+    assert stages["index_dense"]["params"] == ["retrieval.dense.encoder", "retrieval.dense.batch_size"]
+    assert stages["index_dense"]["outs"] == build_stages(before)["index_dense"]["outs"]
+    assert stages["index_dense-sgpt"]["params"] == ["retrieval.dense.sgpt"]
+
+
 def test_named_encoders_parse_with_their_own_index_and_type(base):
     params = parse_params(named(base))
     sbert, sgpt = params.retrieval.encoders["sbert"], params.retrieval.encoders["sgpt"]
@@ -115,8 +134,6 @@ def test_retrieval_type_may_name_an_encoder(base):
      r"methods.sr-rag.retriever: must be bm25, dense, dense:<name> or null"),
     (lambda d: d["retrieval"]["dense"].update({"x y": {"encoder": DEFAULT_ENCODER}}),
      r"retrieval.dense.x y: dense encoder names may use"),
-    (lambda d: d["retrieval"]["dense"].update(encoder=DEFAULT_ENCODER),
-     r"retrieval.dense.sbert: a named encoder beside one encoder's keys \(encoder\)"),
     (lambda d: d["retrieval"]["dense"]["sgpt"].pop("encoder"), r"retrieval.dense.sgpt.encoder: missing required key"),
     (lambda d: d["retrieval"]["dense"]["sgpt"].update(type="sgpt-ce"),
      r"retrieval.dense.sgpt.type: must be one of sentence-transformers, sgpt-be"),

@@ -85,7 +85,8 @@ class RetrievalConfig:
     type: str  # which index methods search: bm25 | dense | dense:<name>
     k1: float
     b: float
-    dense: DenseConfig | None  # the one encoder (`retrieval.dense: {encoder: ...}`); None with named encoders
+    dense: DenseConfig | None  # the one encoder (`retrieval.dense: {encoder: ...}`), searched as `dense`; None
+    # when retrieval.dense holds named encoders only
     threads: int
     query_max_words: int | None = None  # keep only a query's last N words (the reference code: last 64 tokens)
     # named encoders (`retrieval.dense: {<name>: {encoder: ...}, ...}`), each searched as `dense:<name>`
@@ -97,16 +98,18 @@ class RetrievalConfig:
         return self.encoders[name] if name is not None else self.dense if kind == "dense" else None
 
     def key(self, kind: str | None) -> dict:
-        """The retrieval settings as the key of a run searching `kind` records them. The single-encoder
-        form gives exactly what runs recorded before named encoders existed (all of `retrieval`, so
-        those runs keep their key); with named encoders a run records the kind it searches and that
+        """The retrieval settings as the key of a run searching `kind` records them. Where the
+        single-encoder form is present, a run searching `bm25` or `dense` records exactly what runs
+        recorded before named encoders existed (all of `retrieval` but the named encoders, so those runs
+        keep their key when named encoders are added beside it); a run searching `dense:<name>`, and
+        every run where retrieval.dense holds named encoders only, records the kind it searches and that
         encoder alone, so adding or changing another encoder reruns none of it."""
         record = {"type": self.type, "k1": self.k1, "b": self.b, "dense": None, "threads": self.threads,
                   "query_max_words": self.query_max_words}
-        if not self.encoders:
+        name = encoder_name(kind)
+        if name is None and self.dense is not None:
             record["dense"] = self.dense.key()
             return record
-        name = encoder_name(kind)
         record["type"] = kind
         record["dense"] = {"name": name, **self.encoders[name].key()} if name is not None else None
         return record
@@ -324,16 +327,16 @@ def _corpus(s: Section) -> CorpusConfig:
 
 def _retrieval(s: Section) -> RetrievalConfig:
     bm25, dense = s.section("bm25", {}), s.section("dense", {})
-    named = _named_form(dense)
+    single, named = _dense_forms(dense)
     encoders = {}
-    for name in dense.data if named else ():
+    for name in named:
         check_name(dense, name, "dense encoder")  # data/index/<corpus>/dense-<name>, a Snakemake wildcard
         encoders[name] = _dense(dense.section(name), named=True)
         dense.used.add(name)
     cfg = RetrievalConfig(
         type=s.str("type", "bm25"),
         k1=bm25.float("k1", 0.9, minimum=0.0), b=bm25.float("b", 0.4, minimum=0.0),
-        dense=None if named else _dense(dense, named=False),
+        dense=_dense(dense, named=False) if single or not named else None,
         threads=s.int("threads", 1, minimum=1),
         query_max_words=s.int("query_max_words", None, minimum=1, allow_none=True),
         encoders=encoders,
@@ -346,16 +349,14 @@ def _retrieval(s: Section) -> RetrievalConfig:
     return cfg
 
 
-def _named_form(dense: Section) -> bool:
-    """`retrieval.dense` is either one encoder's settings or a map of named encoders (all mappings);
-    a mixture is refused, naming the first named encoder found beside single-encoder keys."""
+def _dense_forms(dense: Section) -> tuple[list[str], list[str]]:
+    """`retrieval.dense` holds one encoder's settings (the keys of DENSE_KEYS: searched as `dense`),
+    named encoders (mappings: each searched as `dense:<name>`), or both: a study that already searches
+    `dense` can add named encoders beside it (DioR's Table 1: SBERT and SGPT) without changing the keys
+    of the runs it has built. Returns (the single form's keys present, the encoder names)."""
     single = [k for k in dense.data if k in DENSE_KEYS]
     named = [k for k, v in dense.data.items() if k not in DENSE_KEYS and isinstance(v, dict)]
-    if single and named:
-        raise dense.fail(named[0], f"a named encoder beside one encoder's keys ({', '.join(single)}): write "
-                                   f"either one encoder's settings, or named encoders only "
-                                   f"(`{named[0]}: {{encoder: ...}}`, searched as `{NAMED_DENSE}{named[0]}`)")
-    return bool(named)
+    return single, named
 
 
 def _dense(s: Section, named: bool) -> DenseConfig:
@@ -387,7 +388,7 @@ def _dense(s: Section, named: bool) -> DenseConfig:
 
 def check_retriever(retrieval: RetrievalConfig, kind: Any, key: str, source: str) -> None:
     """A retriever kind (`retrieval.type` or a method's `retriever:`) names an index the params define:
-    `dense` needs the single-encoder form, `dense:<name>` one of the named encoders."""
+    `dense` needs the single-encoder form's keys, `dense:<name>` one of the named encoders."""
     if kind is None:
         return
     known = ", ".join(retrieval.encoders)
@@ -396,7 +397,7 @@ def check_retriever(retrieval: RetrievalConfig, kind: Any, key: str, source: str
         named = f", {', '.join(NAMED_DENSE + n for n in retrieval.encoders)}" if retrieval.encoders else ""
         raise ConfigError(f"{source}: {key}: must be {', '.join(KINDS)}{named} or {NAMED_DENSE}<name> "
                           f"(a named encoder of retrieval.dense); got {show(kind)}")
-    if kind == "dense" and retrieval.encoders:
+    if kind == "dense" and retrieval.dense is None:
         raise ConfigError(f"{source}: {key}: retrieval.dense names several encoders ({known}): say which one, "
                           f"{' or '.join(NAMED_DENSE + n for n in retrieval.encoders)}")
     if name is not None and name not in retrieval.encoders:

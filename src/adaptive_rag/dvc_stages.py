@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .config import DENSE_KEYS
 from .errors import ConfigError
 from .retrieval import encoder_name
 
@@ -194,7 +195,9 @@ def build_stages(params) -> dict[str, dict]:
     for kind in sorted(kinds):  # bm25, dense, dense:<name>: the kinds some run searches
         name = encoder_name(kind)
         # the BM25 index is built without settings; a named encoder's index with that encoder's alone
-        keys = [b.key("retrieval.dense", name)] if name else ["retrieval.dense"] if kind == "dense" else []
+        # (the single form beside named encoders: its own keys, so a named encoder's change leaves it)
+        single = ["retrieval.dense"] if not p.retrieval.encoders else [f"retrieval.dense.{k}" for k in DENSE_KEYS]
+        keys = [b.key("retrieval.dense", name)] if name else single if kind == "dense" else []
         index = p.index_dir(kind)
         stages.add(f"index_{Path(index).name}", _stage(index, [collection, *p.index_inputs(kind), *CODE["index"]],
                                                        b.keys(keys), [index]))
