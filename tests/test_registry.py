@@ -23,8 +23,8 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
         by_module.setdefault(registry.method_class(name).__module__.rsplit(".", 1)[-1], []).append(name)
     modules = {m.name for m in pkgutil.iter_modules(methods_package.__path__) if not m.ispkg}
     assert set(by_module) == modules - registry.NOT_METHODS  # one file per method, no helper among them
-    assert types == ["dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "sr-rag", "sugar", "weighted-threshold",
-                     "wo-rag"]
+    assert types == ["dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "sr-rag", "sugar",
+                     "weighted-threshold", "wo-rag"]
 
 
 class _Toy(Method):
@@ -61,7 +61,7 @@ def test_unknown_type_names_the_key_and_lists_the_types():
     with pytest.raises(ConfigError) as info:
         registry.validate_settings("flair", Section({}, "methods.mine", "params.yaml"))
     message = str(info.value)
-    assert message.startswith("params.yaml: methods.mine: unknown method type 'flair'; available: dragin, fl-rag")
+    assert message.startswith("params.yaml: methods.mine: unknown method type 'flair'; available: dior, dragin, fl-rag")
     assert "(set `type:` to one of them)" in message
 
 

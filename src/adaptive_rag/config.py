@@ -500,6 +500,11 @@ def _checked(method_type: str, section: Section, retrieval: RetrievalConfig) -> 
     """A configuration's validated settings, its `retriever:` checked against the params' encoders."""
     settings = validate_settings(method_type, section)
     check_retriever(retrieval, settings.get("retriever"), section.key("retriever"), section.source)
+    cls = method_class(method_type)
+    kind = settings.get("retriever") or retrieval.type
+    problem = cls.retriever_problem(settings, kind) if cls.needs_retriever else None
+    if problem:
+        raise section.fail(*problem)
     return settings
 
 

@@ -346,6 +346,22 @@ class HFModel:
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         return [float(logprobs[i - 1, ids[i]]) for i in range(start, len(ids))]
 
+    # ---- the input embedding table ---------------------------------------------------------------
+
+    def input_embeddings(self, texts: Sequence[str]) -> np.ndarray:
+        """[len(texts), d] float32: the mean of the input-embedding rows of each text's tokens (no special
+        tokens added; a text with no tokens gets zeros). DioR's `similarity: lm-embeddings` reads word
+        vectors from the generating model itself; one lookup, no forward pass."""
+        torch = self.torch
+        table = self.model.get_input_embeddings().weight
+        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        with torch.inference_mode():
+            for row, text in enumerate(texts):
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+                if ids:
+                    out[row] = table[torch.tensor(ids, device=table.device)].float().mean(0).cpu().numpy()
+        return out
+
     # ---- attention of tokens re-encoded alone --------------------------------------------------
 
     def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:

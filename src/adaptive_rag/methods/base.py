@@ -135,6 +135,13 @@ class Method:
         raise NotImplementedError
 
     @classmethod
+    def retriever_problem(cls, settings: dict[str, Any], kind: str) -> tuple[str, str] | None:
+        """A setting this configuration cannot have when it searches the `kind` index (bm25, dense or
+        dense:<name>), as (key, why): check-params refuses it naming the key, before any work. None:
+        nothing conflicts (every type but those that read more of an index than its search results)."""
+        return None
+
+    @classmethod
     def needs_for(cls, settings: dict[str, Any]) -> set[str]:
         """Capabilities a configuration needs (some depend on settings, e.g. an attention-ranked query)."""
         return set(cls.needs)

@@ -71,6 +71,7 @@ class BM25Retriever:
                              "directory and rerun the index step") from None
         self.k1, self.b = k1, b
         self._searcher.set_bm25(float(k1), float(b))
+        self._reader = None  # opened on the first `term_statistics` call
 
     def search(self, query: str, k: int) -> list[Hit]:
         hits = []
@@ -82,3 +83,20 @@ class BM25Retriever:
 
     def identity(self) -> dict:
         return {"type": "bm25", "index": str(self.index_dir), "documents": self.num_docs, "k1": self.k1, "b": self.b}
+
+    def term_statistics(self, text: str) -> list[tuple[str, int]]:
+        """The terms Lucene's analyzer makes of `text` (Anserini's default English analyzer, the one the
+        index was built and is searched with: lower case, Porter stems, stop words dropped), each with
+        its document frequency in the index. DioR's keyword scoring takes its idf from these (`tfidf:
+        corpus`). Read through Anserini's `IndexReaderUtils`, the class pyserini's `LuceneIndexReader`
+        wraps, on the JVM the searcher already runs (importing `pyserini.index.lucene` would load
+        pyserini's analysis and prebuilt-index modules for two calls)."""
+        if self._reader is None:
+            autoclass = start_jvm()
+            self._reader = autoclass("io.anserini.index.IndexReaderUtils").getReader(str(self.index_dir))
+            self._analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newStemmingInstance("porter")
+            self._analyze = autoclass("io.anserini.analysis.AnalyzerUtils").analyze
+            term, field = autoclass("org.apache.lucene.index.Term"), autoclass("io.anserini.index.Constants").CONTENTS
+            self._term = lambda t: term(field, t)
+        terms = [str(t) for t in self._analyze(self._analyzer, text).toArray()]
+        return [(t, int(self._reader.docFreq(self._term(t)))) for t in terms]

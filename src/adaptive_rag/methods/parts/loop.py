@@ -164,6 +164,11 @@ class TriggeredRetrieval(DynamicMethod):
     def build_query(self, state: QuestionState, lookahead: LookAhead, sentence, detection) -> str:
         raise NotImplementedError
 
+    def trigger_record(self, state: QuestionState) -> dict:
+        """What the trace records of one trigger besides the detection, query and retrieved ids (a method
+        whose query or retrieval has more to show, e.g. DioR's keyword scores and search rounds)."""
+        return {}
+
     def step(self, active: list[QuestionState]) -> None:
         continuations = self.generate(active, False, [self.remaining(s) for s in active], self.extras())
         regenerate = []
@@ -193,7 +198,7 @@ class TriggeredRetrieval(DynamicMethod):
             hits = self.retrieve(state, query)
             state.answer.steps.append(step_record("look-ahead", c, kept=sentence.start, sentence=index,
                                                   detection=detection.record(), query=query,
-                                                  retrieved=[h.id for h in hits]))
+                                                  retrieved=[h.id for h in hits], **self.trigger_record(state)))
             regenerate.append(state)
         if regenerate:
             continuations = self.generate(regenerate, True, [self.remaining(s) for s in regenerate])
