@@ -38,6 +38,7 @@ include: "workflow/rules/calibrate.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/ablations.smk"
+include: "workflow/rules/detectors.smk"
 
 
 rule all:
@@ -81,3 +82,4 @@ rule report_all:
     input:
         rules.report.output,
         [path for path in expand(f"{ABLATION_PREFIX}.png", ablation=list(P.ablations)) if os.path.exists(path)],
+        [path for path in DETECTOR_REPORTS if os.path.exists(path)],  # DioR's detector figures and table, once built

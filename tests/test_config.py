@@ -139,6 +139,7 @@ def test_files_a_download_produces_need_not_exist_yet(base, monkeypatch, tmp_pat
     base["datasets"]["demo"]["sample"] = {"mode": "random", "size": None, "seed": 0}
     base["corpus"]["passages"] = "data/raw/psgs/psgs.tsv"
     base["ablations"] = {}
+    base.pop("detectors")  # its training set is a dataset this test removed
     for method in base["methods"].values():  # presets name datasets this test removed
         if isinstance(method, dict):
             method.pop("per_dataset", None)
@@ -154,4 +155,5 @@ def test_check_params_exits_2_with_one_error_line(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(REPO)
     assert cli.main(["--params", str(params), "check-params"]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {params}: corpus.passages: file not found: data/demo/gone.tsv; no `downloads:` entry produces it\n"
+    assert err == (f"error: {params}: corpus.passages: file not found: data/demo/gone.tsv; no `downloads:` entry "
+                   f"produces it (and 1 more: detectors.realtime.passages)\n")

@@ -120,7 +120,8 @@ def test_a_new_ablation_makes_the_committed_file_stale(tmp_path):
 def test_stage_selection_takes_names_and_groups(committed):
     assert select(committed, ["report"]) == ["report"]
     assert select(committed, ["split"]) == [f"split_{d}" for d in ("demo", "demo-single", "demo-single-small",
-                                                                   "demo-single-calib", "demo-small", "demo-calib")]
+                                                                   "demo-single-calib", "demo-small", "demo-calib",
+                                                                   "demo-early")]
     assert select(committed, ["ablation_seakr_sweep", "ablation"])[0] == "ablation_seakr_sweep"
     assert len(select(committed, [])) == len(committed)
     with pytest.raises(InputError, match="no DVC stage 'reprot' in dvc.yaml"):

@@ -345,6 +345,75 @@ def cmd_seakr_sweep(args) -> None:
           f"{args.figure}")
 
 
+def _detectors(params, kind: str):
+    cfg = getattr(params.detectors, kind, None) if params.detectors is not None else None
+    if cfg is None:
+        raise ConfigError(f"{params.source}: detectors.{kind}: not configured "
+                          f"(docs/dior.md#detectors-as-workflow-targets)")
+    return cfg
+
+
+def cmd_detector_data(args) -> None:
+    """DioR's detector data: early (bare answers, labels, IG, first-token statistics of the training
+    questions) or realtime (Alg. 2 continuations, token labels, last-layer hidden states)."""
+    from .detector_data import build_early, build_realtime
+    from .lm.factory import build_model
+
+    params = _params(args)
+    cfg = _detectors(params, args.kind)
+    splits = {}
+    if args.kind == "early":
+        if len(args.splits or []) != len(cfg.datasets):
+            raise ConfigError(f"--splits: give one split file per detectors.early dataset ({', '.join(cfg.datasets)}), "
+                              f"in that order; got {len(args.splits or [])}")
+        splits = dict(zip(cfg.datasets, map(Path, args.splits)))
+    elif args.splits:
+        raise ConfigError("--splits is for --kind early (the real-time data reads detectors.realtime.passages)")
+    lm = build_model(params, Path(args.model_dir) if args.model_dir else None, 0)
+    if args.kind == "early":
+        meta = build_early(params, lm, splits, Path(args.out))
+        print(f"detector-data early: {meta['questions']} questions, {meta['hallucinated']} hallucinated, "
+              f"{meta['correct']} correct -> {args.out}")
+    else:
+        meta = build_realtime(params, lm, Path(args.out))
+        print(f"detector-data realtime: {meta['continuations']} continuations ({meta['with_entities']} with "
+              f"entities), {meta['tokens']} labelled tokens ({meta['faithful_tokens']} faithful) -> {args.out}")
+
+
+def cmd_train_detector(args) -> None:
+    from .detector_train import train_detector
+
+    params = _params(args)
+    _detectors(params, args.kind)
+    detector = train_detector(params, args.kind, Path(args.data), Path(args.out))
+    test = detector.metrics["test"]
+    units = detector.metrics.get("test_units")
+    more = f", unit AUC {units['auc']:.4f} over {units['n']} continuations" if units else ""
+    print(f"train-detector {args.kind}: held-out AUC {test['auc']:.4f}, accuracy {test['accuracy']:.4f}, "
+          f"ECE {test['ece']:.4f} over {test['n']} examples{more} -> {args.out}")
+
+
+def cmd_detector_plots(args) -> None:
+    from .io import read_json
+    from .methods.parts.detectors import data_sidecars
+    from .reports.detectors import write_detector_figures
+
+    data = Path(args.data)
+    meta = data_sidecars(data)[0]
+    explained = read_json(meta, "early detector data's meta file")["pca"]["explained_variance_ratio"] \
+        if meta.is_file() else None
+    for path in write_detector_figures(data, args.out_prefix, explained):
+        print(f"wrote {path}")
+
+
+def cmd_detector_table(args) -> None:
+    from .reports.detectors import detector_rows, write_detector_table
+
+    frame = detector_rows(Path(args.early) if args.early else None, Path(args.realtime) if args.realtime else None)
+    write_detector_table(frame, Path(args.md), Path(args.csv))
+    print(frame.to_string(index=False))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-rag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml", help="the configuration file (default: params.yaml)")
@@ -448,6 +517,30 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, required=True)
     p.add_argument("--model-dir", help="the materialised model (backend hf)")
     p.add_argument("--k-max", type=int, default=20, help="samples per question (default 20)")
+    p = step("detector-data", cmd_detector_data, "DioR's detector training data: --kind early (bare answers, "
+                                                 "hallucination labels, IG attributions, first-token statistics of "
+                                                 "detectors.early's questions) or --kind realtime (Alg. 2: passages "
+                                                 "cut at an entity, continuations, token labels, hidden states)")
+    p.add_argument("--kind", required=True, choices=("early", "realtime"))
+    p.add_argument("--out", required=True, help="the data JSONL; a .meta.json (and for realtime the arrays, "
+                                                ".safetensors) is written beside it")
+    p.add_argument("--model-dir", help="the materialised model")
+    p.add_argument("--splits", nargs="+", help="--kind early: the split file of each detectors.early dataset, in order")
+    p = step("train-detector", cmd_train_detector, "train DioR's early or real-time detector from its data; "
+                                                   "writes the weights (safetensors) and <stem>.metrics.json")
+    p.add_argument("--kind", required=True, choices=("early", "realtime"))
+    p.add_argument("--data", required=True, help="the detector-data JSONL (its sidecar files beside it)")
+    p.add_argument("--out", required=True, help="the weights file (.safetensors)")
+    p = step("detector-plots", cmd_detector_plots, "DioR Figures 4-9 (attribution bars, ECDFs, PCA) from the early "
+                                                   "detector's data: PREFIX4.png ... PREFIX9.png, each with a CSV")
+    p.add_argument("--data", required=True, help="the early detector-data JSONL")
+    p.add_argument("--out-prefix", required=True, help="e.g. reports/ablations/dior-fig")
+    p = step("detector-table", cmd_detector_table, "the detectors' held-out AUC, accuracy, ECE, sizes and label "
+                                                   "balance (markdown and CSV)")
+    p.add_argument("--early", help="the early detector's metrics JSON")
+    p.add_argument("--realtime", help="the real-time detector's metrics JSON")
+    p.add_argument("--md", required=True)
+    p.add_argument("--csv", required=True)
     return parser
 
 

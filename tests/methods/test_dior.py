@@ -104,6 +104,8 @@ def params_with_dior(dior: dict, **model) -> dict:
     data["methods"] = {"wo-rag": None, "dior": dior}
     data["experiment"]["methods"] = ["wo-rag", "dior"]
     data.pop("ablations", None)
+    if model.get("backend") == "api":
+        data.pop("detectors", None)  # they are trained on a white-box model: refused with an API one on their own
     data["model"].update(model)
     return data
 

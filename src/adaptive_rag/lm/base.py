@@ -199,6 +199,19 @@ class Attribution:
     dot: np.ndarray  # [n] float64
 
 
+@dataclass
+class FirstToken:
+    """What a white-box model computes when it generates the first token after a prompt: the full next-token
+    distribution and one decoder layer's MLP up-projection at the prompt's last position (the forward pass
+    that produces that token). Snyder et al. (2024) and DioR (Figs. 5, 6, 8, 9) read these for the first
+    answer token; the distribution is the vocabulary's width, so the call cache does not keep it."""
+
+    token_id: int  # argmax of `probabilities`: the greedy first token
+    probabilities: np.ndarray  # [vocab] float32, softmax of the float32 logits
+    activations: np.ndarray  # [intermediate] float32: `mlp.up_proj` (or the layout's equivalent) output
+    layer: int  # the decoder layer read, 0-based
+
+
 def gram(states: np.ndarray) -> np.ndarray:
     """Feature-centred Gram matrix Σ = Z J_d Zᵀ of k sample states Z [k, d], in float64.
 

@@ -31,8 +31,8 @@ import numpy as np
 
 from ..errors import InputError
 from .capabilities import DTYPES
-from .base import (NO_EXTRAS, WHITE_BOX, Attribution, Continuation, Extras, GenerationStopped, IGSettings, Prompt,
-                   SampleSet, SamplingParams, cut_at_stop, to_sample_set)
+from .base import (NO_EXTRAS, WHITE_BOX, Attribution, Continuation, Extras, FirstToken, GenerationStopped, IGSettings,
+                   Prompt, SampleSet, SamplingParams, cut_at_stop, to_sample_set)
 
 class HFModel:
     capabilities = WHITE_BOX
@@ -300,14 +300,9 @@ class HFModel:
 
     def _decoder_layers(self):
         """The model's list of decoder blocks (Llama/Mistral/Qwen, GPT-2, GPT-NeoX layouts)."""
-        for path in ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"):
-            node = self.model
-            for part in path.split("."):
-                node = getattr(node, part, None)
-                if node is None:
-                    break
-            if node is not None:
-                return node
+        node = _first_attribute(self.model, ("model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers"))
+        if node is not None:
+            return node
         raise InputError(f"{self.model_dir}: cannot find the decoder layers of a {type(self.model).__name__} "
                          f"(final states need model.layers, transformer.h or gpt_neox.layers)")
 
@@ -400,6 +395,41 @@ class HFModel:
                            target=self.tokenizer.decode([result.target_id]), value=result.value,
                            baseline_value=result.baseline_value, l2=l2, dot=dot)
 
+    # ---- the first generated token's distribution and MLP activations -------------------------
+
+    def first_token(self, prompt: Prompt, layer: int = -2) -> FirstToken:
+        """One forward pass over the prompt: the next-token distribution (float32 softmax) and decoder
+        layer `layer`'s MLP up-projection at the last position (Python indexing: -2 is the second to last,
+        Snyder et al.'s choice for their activation-entropy figure; `mlp.up_proj` in Llama layouts, the
+        module they hook). Not cached: the distribution is vocabulary-wide, and the pass costs one forward
+        over a short prompt."""
+        blocks = self._decoder_layers()
+        if not -len(blocks) <= layer < len(blocks):
+            raise InputError(f"layer {layer} does not exist: {self.model_dir.name} has {len(blocks)} decoder "
+                             f"layers (0..{len(blocks) - 1}, or -1..-{len(blocks)} from the last)")
+        index = layer % len(blocks)
+        up = _up_projection(blocks[index])
+        if up is None:
+            raise InputError(f"{self.model_dir}: cannot find the MLP up-projection of a {type(self.model).__name__} "
+                             f"layer (mlp.up_proj, mlp.c_fc, mlp.dense_h_to_4h or fc1)")
+        captured = {}
+
+        def keep(module, args, output):
+            captured["up"] = output[0, -1].float().cpu().numpy()
+
+        ids, _ = self.encode(prompt)
+        torch = self.torch
+        handle = up.register_forward_hook(keep)
+        try:
+            with torch.inference_mode():
+                logits = self.model(input_ids=torch.tensor([ids], device=self.device), logits_to_keep=1).logits
+        finally:
+            handle.remove()
+        self.forward_tokens += len(ids)
+        probabilities = torch.softmax(logits[0, -1].float(), dim=-1).cpu().numpy()
+        return FirstToken(token_id=int(probabilities.argmax()), probabilities=probabilities,
+                          activations=captured["up"], layer=index)
+
     @property
     def end_of_turn_text(self) -> str | None:
         """The text of the model's end-of-sequence token, as a decoder that keeps special tokens writes it."""
@@ -467,6 +497,25 @@ class _RowState:
             final_hidden=self.final if extras.final_layers else None,
             logsumexp=self.logsumexp[:keep] if extras.logsumexp else None,
         )
+
+
+def _up_projection(block):
+    """The module whose output is a decoder block's MLP up-projection (the wide pre-activation half)."""
+    return _first_attribute(block, ("mlp.up_proj", "mlp.c_fc", "mlp.dense_h_to_4h", "fc1"))
+
+
+def _first_attribute(root, paths: Sequence[str]):
+    """The first of the dotted attribute paths that `root` has (architectures name the same part
+    differently), or None."""
+    for path in paths:
+        node = root
+        for part in path.split("."):
+            node = getattr(node, part, None)
+            if node is None:
+                break
+        if node is not None:
+            return node
+    return None
 
 
 def _sample_rows(logits, generators, params: SamplingParams):

@@ -53,6 +53,7 @@ from ..lm.base import ATTENTIONS, ENTROPY, GRADIENTS, HIDDEN_STATES, NO_EXTRAS, 
 from ..retrieval import Hit
 from .base import step_record
 from .parts.components import Detection
+from .parts.detectors import EARLY_DETECTOR, REALTIME_DETECTOR
 from .parts.keywords import (DEFAULT_WEIGHTS, PRE, SIMILARITY, TERMS, TFIDF, CorpusIdf, KeywordContext,
                              context_idf, cosines, entity_candidates, keyword_query, merge, position_term,
                              question_candidates, question_real_words, similarity_term, tfidf_term,
@@ -67,10 +68,6 @@ REALTIME_TOKENS = ("entities", "all")
 EARLY_FEATURES = ("attribution-sequence", "attribution-entropy")
 POST = ("stepwise", "single")
 PROMPTS = ("paper", "dragin")
-# The fixed interface's default detector files (helper dior-data's `detectors.EARLY_DETECTOR` and
-# `REALTIME_DETECTOR` name the same paths; the workflow's rules build them).
-EARLY_DETECTOR = "data/detectors/early.safetensors"
-REALTIME_DETECTOR = "data/detectors/realtime.safetensors"
 PAPER_TEMPLATE = "builtin:dior"
 MLP = ("mlp-hidden", "rind+mlp")
 RIND = ("rind", "rind+mlp")
@@ -228,8 +225,7 @@ class DioR(TriggeredRetrieval):
         # The detector is applied to the prompt it was trained on: its header records the bare question's
         # format (absent: raw text, the reference's input and `bare_question`'s default).
         fmt = detector.header.get("source", {}).get("prompt_format", "raw")
-        prompts = [bare_question(s.example.question) if fmt == "raw" else bare_question(s.example.question, fmt)
-                   for s in states]
+        prompts = [bare_question(s.example.question, fmt) for s in states]
         attributions = [self.ctx.lm.attribution(prompt, IGSettings()) for prompt in prompts]
         scores = [token_scores(a, "l2") for a in attributions]
         p = detector.predict(scores)

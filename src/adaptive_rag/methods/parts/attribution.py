@@ -29,11 +29,23 @@ READINGS = ("eq6", "eq1-printed")
 FEATURES = ("attribution-sequence", "attribution-entropy")
 
 
-def bare_question(question: str) -> Prompt:
+BARE_FORMATS = ("raw", "chat")
+
+
+def bare_question(question: str, prompt_format: str = "raw") -> Prompt:
     """The prompt both the early detector's data and DioR's early detection attribute: the question alone
     as raw text (the reference's `get_ig` input: no exemplars, no chat template; the tokenizer's BOS,
     where it adds one, is a token too). One function, so the detector is applied to exactly the input
-    it was trained on."""
+    it was trained on.
+
+    `prompt_format="chat"`: the question alone as the user turn of the model's chat template (no
+    exemplars; the template's own default system turn, where it has one, is part of the prompt). For
+    instruct models that answer raw text with an end of turn: SmolLM2-135M-Instruct answered 0 of 24
+    demo early-detection questions from raw text (16 began with `<|im_end|>`, 8 with a blank line and
+    no answer) and 13 of 24 in chat. A
+    trained early detector records the format it was trained on (`header["source"]["prompt_format"]`)."""
+    if _choice(prompt_format, BARE_FORMATS, "bare question prompt_format") == "chat":
+        return Prompt.chat([{"role": "user", "content": question.strip()}])
     return Prompt(text=question.strip())
 
 

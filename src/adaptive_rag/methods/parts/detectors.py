@@ -104,6 +104,23 @@ EARLY_TRAINING = Training(epochs=30, lr=1e-3)  # ours (see the module docstring)
 REALTIME_TRAINING = Training(epochs=30, lr=1e-3)  # ours
 
 
+# The workflow's files (workflow/rules/detectors.smk builds them; docs/dior.md#detectors-as-workflow-targets). A trained detector's
+# header records `model` = the LM's identity name, `lm.identity()["model"]`: for the hf backend the model
+# directory's name, i.e. params' `model.name` for the workflow's data/models/<model.name>; `load(..., model=)`
+# with the same string refuses a detector trained on another model.
+EARLY_DETECTOR = "data/detectors/early.safetensors"
+REALTIME_DETECTOR = "data/detectors/realtime.safetensors"
+EARLY_DATA = "data/detectors/early-data.jsonl"  # `adaptive-rag detector-data --kind early`
+REALTIME_DATA = "data/detectors/realtime-data.jsonl"  # `--kind realtime`
+
+
+def data_sidecars(data: str | Path) -> tuple[Path, Path]:
+    """(meta JSON, arrays) beside a detector data JSONL: what it was built from and with, and the real-time
+    data's per-token hidden states, labels and units (safetensors: byte-equal when rebuilt, unlike .npz)."""
+    data = Path(data)
+    return data.with_suffix(".meta.json"), data.with_suffix(".safetensors")
+
+
 def metrics_path(weights: str | Path) -> Path:
     """Where the held-out metrics of a weights file are written: `<stem>.metrics.json` beside it."""
     weights = Path(weights)
