@@ -38,6 +38,15 @@ def named(data: dict, sgpt_encoder: str = MODEL_DIR) -> dict:
     return data
 
 
+def single_form(data: dict) -> dict:
+    """The repository's params with only the single-encoder form of retrieval.dense (the demo also names
+    DioR's two encoders beside it) and without the ablation that searches them."""
+    dense = data["retrieval"]["dense"]
+    data["retrieval"]["dense"] = {k: v for k, v in dense.items() if not isinstance(v, dict)}
+    data["ablations"].pop("dior-table1")
+    return data
+
+
 @pytest.fixture
 def base():
     return yaml.safe_load((REPO / "params.yaml").read_text())
@@ -107,6 +116,10 @@ def test_a_method_naming_an_encoder_searches_it_and_its_key_holds_that_encoder_a
 def test_retrieval_type_may_name_an_encoder(base):
     data = named(base)
     data["retrieval"]["type"] = "dense:sbert"
+    for settings in data["methods"].values():  # DioR's corpus idf comes from the BM25 index alone
+        if (settings or {}).get("type", "") == "dior":
+            settings["tfidf"] = "context"
+    data["methods"]["dior"]["tfidf"] = "context"
     params = parse_params(data)
     assert params.retriever_kind("demo", "sr-rag") == "dense:sbert"
     assert params.retriever_kind("demo-small", "scaar-retriever--bm25") == "bm25"
@@ -158,6 +171,7 @@ def test_named_encoder_mistakes_name_the_key_and_the_known_names(base, mutate, m
      r"retrieval.dense.type: an encoder type is set on a named encoder"),
 ])
 def test_the_single_encoder_form_refuses_names_and_types(base, mutate, message):
+    single_form(base)
     mutate(base)
     with pytest.raises(ConfigError, match=message):
         parse_params(base)
