@@ -596,3 +596,16 @@ def test_workflow_builds_the_early_detector_and_its_figures(lm, tiny_llama_dir, 
     out = snakemake(tmp_path, "-n", "--quiet", "rules", "--", "train_early_detector", "dior_detector_plots").stdout
     jobs = {line.split()[0] for line in out.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit()}
     assert jobs == {"train_early_detector", "total"}
+
+
+def test_the_passage_sample_streams_the_file_and_equals_sampling_the_whole_list():
+    """The real-time data's passages: the same sample and order as sampling the loaded list, without
+    loading the file (the DPR dump holds 21M passages)."""
+    from adaptive_rag.data.corpus import iter_passages
+    from adaptive_rag.data.sampling import sample
+    from adaptive_rag.detector_data import sampled_passages
+
+    path = REPO / "data/demo/psgs_demo.tsv"
+    for size, seed in ((20, 0), (20, 3), (None, 1)):
+        assert [p.id for p in sampled_passages(path, size, seed)] == \
+            [p.id for p in sample(list(iter_passages(path)), size, seed)]

@@ -240,6 +240,22 @@ def continuation_prompt(truncation, prompt_format: str) -> Prompt:
     return Prompt(text=truncation.prompt)
 
 
+def sampled_passages(path, size: int | None, seed: int) -> list:
+    """The passages `sample(list(iter_passages(path)), size, seed)` gives, in its order, holding only the
+    sampled ones in memory: the DPR dump has 21M passages (tens of GB as Python objects), so one pass
+    counts them and a second keeps the chosen indices."""
+    from .data.corpus import iter_passages
+
+    count = sum(1 for _ in iter_passages(path))
+    rank_of = {index: rank for rank, index in enumerate(sample(range(count), size, seed))}
+    picked = [None] * len(rank_of)
+    for index, passage in enumerate(iter_passages(path)):
+        rank = rank_of.get(index)
+        if rank is not None:
+            picked[rank] = passage
+    return picked
+
+
 def choose_cuts(passages, seed: int, extract) -> tuple[list, int]:
     """One cut per passage (`realtime_labels.truncations`), chosen by a generator seeded with the seed and
     the passage id, so adding passages never moves another passage's cut. Also: how many had no cut."""
@@ -267,7 +283,6 @@ def build_realtime(params: Params, lm, out: Path, similarity=None, extract: Call
     from safetensors.numpy import save
     from tqdm import tqdm
 
-    from .data.corpus import iter_passages
     from .methods.parts.contribution import load_similarity
     from .methods.parts.realtime_labels import label_continuation
     from .methods.parts.text import entities
@@ -276,7 +291,7 @@ def build_realtime(params: Params, lm, out: Path, similarity=None, extract: Call
     require(lm.capabilities, {HIDDEN_STATES}, "detector-data --kind realtime", params.model.backend)
     extract = extract or entities
     similarity = similarity or load_similarity(cfg.encoder)
-    passages = sample(list(iter_passages(cfg.passages)), cfg.max_passages, cfg.training.seed)
+    passages = sampled_passages(cfg.passages, cfg.max_passages, cfg.training.seed)
     cuts, without = choose_cuts(tqdm(passages, desc="entities", unit=" passages"), cfg.training.seed, extract)
     if not cuts:
         raise InputError(f"{cfg.passages}: none of the {len(passages)} sampled passages has a named entity "
