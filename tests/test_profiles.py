@@ -1,4 +1,4 @@
-"""The params profiles (demo, shared, paper, scaar, seakr, sugar): each is valid and plans the DAG it promises."""
+"""The params profiles (demo, shared, paper, scaar, seakr, sugar, dior): each is valid and plans the DAG it promises."""
 
 import hashlib
 import http.server
@@ -17,7 +17,7 @@ from adaptive_rag.prompts.fewshot import resolve_exemplars
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
-@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar"])
+@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar", "dior"])
 def test_profiles_are_valid(name):
     load_params(REPO / "params" / f"{name}.yaml")
 
@@ -36,7 +36,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     assert "dvc.yaml: 53 stages written from params.yaml" in installed.stdout  # the stages follow the profile
     check_current(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
-    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, paper, scaar, seakr, shared, sugar" in result.stderr
+    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, dior, paper, scaar, seakr, shared, sugar" in result.stderr
 
 
 @pytest.mark.slow  # a Snakemake dry run
@@ -227,3 +227,32 @@ def test_download_rule_fetches_verifies_and_extracts(tmp_path):
         assert "error:" in log and url in log and "0" * 64 in log
     finally:
         server.shutdown()
+
+
+DIOR_MULTI = ["2wikimultihopqa", "hotpotqa", "iirc", "strategyqa"]
+
+
+def test_dior_profile_has_the_papers_settings():
+    """DioR §4.1 and App. B.3 with its released configs: Llama-2-7B-chat, raw prompts, BM25 with
+    Elasticsearch's k1/b plus SBERT and SGPT as named dense retrievers, top-k 3, at most 5 retrievals,
+    25 keywords on 2Wiki and 35 elsewhere, the configs' budgets and RIND thresholds; the detectors
+    trained on data no evaluated split shares; Tables 1-3 and 5 as targets."""
+    p = load_params(REPO / "params" / "dior.yaml")
+    assert (p.model.source, p.model.prompt_format) == ("meta-llama/Llama-2-7b-chat-hf", "raw")
+    assert (p.retrieval.k1, p.retrieval.b, sorted(p.retrieval.encoders)) == (1.2, 0.75, ["sbert", "sgpt"])
+    assert p.retrieval.encoders["sgpt"].type == "sgpt-be"
+    assert [p.dataset(d).max_new_tokens for d in DIOR_MULTI] == [256, 128, 256, 100]
+    assert [p.dataset(d).num_exemplars for d in DIOR_MULTI] == [6, 8, 8, 6]
+    dior = {d: p.method("dior").settings_for(d) for d in DIOR_MULTI}
+    assert {d: (s["top_k"], s["max_retrievals"], s["top_n"], s["theta"]) for d, s in dior.items()} == {
+        "2wikimultihopqa": (3, 5, 25, 1.0), "hotpotqa": (3, 5, 35, 1.4), "iirc": (3, 5, 35, 1.4),
+        "strategyqa": (3, 5, 35, 0.75)}
+    assert {s["early"] for s in dior.values()} == {"on"} and {s["realtime"] for s in dior.values()} == {"mlp-hidden"}
+    table1 = p.ablations["dior-table1"]
+    assert {(p.method(v.method).type, p.retriever_kind("hotpotqa", v.method)) for v in table1.variants} == {
+        (t, r) for t in ("dragin", "dior") for r in ("bm25", "dense:sbert", "dense:sgpt")}
+    table3 = {p.method(v.method).settings_for("iirc")[k] for v in p.ablations["dior-table3"].variants
+              for k in ("early", "realtime", "pre", "post")}
+    assert table3 == {"on", "off", "mlp-hidden", "prob", "scored", "sequential", "stepwise", "single"}
+    assert list(p.detectors.early.datasets) == ["nq-early"] and p.dataset("nq-early").sample.size == 5201
+    assert p.detectors.realtime.max_passages == 8304
