@@ -715,18 +715,18 @@ def _realtime_detector(s: Section) -> RealtimeDetectorConfig:
     return cfg
 
 
-def _detectors(s: Section, datasets: dict, evaluated: dict[str, str], model: ModelConfig) -> DetectorsConfig | None:
+def _detectors(s: Section, datasets: dict, evaluated: dict[str, str]) -> DetectorsConfig | None:
     """`detectors:` (optional): DioR's early and real-time detectors as workflow targets. Both read the
-    model's gradients or hidden states, so an API model cannot build their data."""
+    model's gradients or hidden states, so an API model cannot build their data: `detector-data` refuses
+    it when asked to, naming the backend. Parsing does not, so a profile switched to an API model keeps
+    working for every method that needs no detector (a `dior` run that needs one is refused by its own
+    capability check)."""
     if not s.data:
         s.done()
         return None
     early = _early_detector(s.section("early"), datasets, evaluated) if "early" in s.data else None
     realtime = _realtime_detector(s.section("realtime")) if "realtime" in s.data else None
     s.done()
-    if model.backend != "hf":
-        raise ConfigError(f"{s.source}: detectors: the detectors' data needs a white-box model (gradients, hidden "
-                          f"states), which model.backend {model.backend!r} cannot provide")
     return DetectorsConfig(early, realtime)
 
 
@@ -792,7 +792,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     experiment.done()
     runs = planned_runs((exp_datasets, exp_methods), ablations)
     _check_calibrations(methods, datasets, runs, source)
-    detectors = _detectors(top.section("detectors", {}), datasets, _evaluated(runs, methods), model)
+    detectors = _detectors(top.section("detectors", {}), datasets, _evaluated(runs, methods))
     params = Params(
         seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
