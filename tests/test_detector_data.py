@@ -572,6 +572,7 @@ def test_workflow_builds_the_early_detector_and_its_figures(lm, tiny_llama_dir, 
         data["model"].update(name="tiny", source=str(tiny_llama_dir))
         data["generation"].update(threads=1, cache=None)
         data["datasets"]["demo-early"]["path"] = str(questions.relative_to(tmp_path))
+        data["datasets"]["demo-early"]["sample"]["size"] = None  # every one of the 8
     edit_params(tmp_path, edit)
     snakemake(tmp_path, "train_early_detector", "dior_detector_plots")
     metrics = read_json(tmp_path / "data" / "detectors" / "early.metrics.json")
