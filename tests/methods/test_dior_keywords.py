@@ -1,6 +1,10 @@
 """DioR's pre-retrieval keyword scoring (`methods/parts/keywords.py`): spec acceptance tests 3 (Eq. 3
 candidates) and 4 (the importance score, its ranking and `pre: sequential`) by hand, each term on
-hand-built inputs, the candidates, and the BM25 index's document frequencies behind `tfidf: corpus`."""
+hand-built inputs, the candidates, and the BM25 index's document frequencies behind `tfidf: corpus`.
+
+Paper (../shared/papers/dior.txt): Eq. 3 (§3.1.1), IG_i > IG_mean => t_i is a candidate; §3.3.1, the
+positional score P_i = Pos(i)/N and the importance I_i, a weighted sum of A_i, TF-IDF_i, P_i and S_i
+(unnumbered in the paper; weights not given, equal here), tokens ranked by I_i descending."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""DioR's chunking (spec §1.4, acceptance test 6) and the TF-IDF it scores with, against scikit-learn."""
+"""DioR's chunking (spec §1.4, acceptance test 6) and the TF-IDF it scores with, against scikit-learn.
+
+Paper §3.3.2 (unnumbered): split a sentence into sub-clauses x1..xn, add x_{m} while the score of
+x1..x_m exceeds that of x1..x_{m-1}; when it drops, the sub-clauses so far form a block."""
 
 from __future__ import annotations
 

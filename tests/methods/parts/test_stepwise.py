@@ -1,4 +1,7 @@
-"""DioR's stepwise retrieval (spec §1.4, acceptance test 5) with fake retrievers whose rankings are fixed."""
+"""DioR's stepwise retrieval (spec §1.4, acceptance test 5) with fake retrievers whose rankings are fixed.
+
+Paper §3.3.2 (unnumbered): from the candidate area take the top n/2 (n = documents still to retrieve),
+extract new keywords from them, merge them into the query, retrieve again, until n are selected."""
 
 from __future__ import annotations
 
