@@ -88,6 +88,18 @@ def test_params_dependencies_mirror_what_snakemake_reruns_on(committed, params):
                 node = node[part]
 
 
+def test_a_run_depends_on_the_files_its_method_declares(committed):
+    """DioR reads its trained detectors: its stages wait for the detector stages and rerun when the
+    weights change; w/o ED reads no early detector. SeaKR's calibration file is made inside its own
+    Snakemake target, so it is no dependency (DVC would refuse a stage whose dependency is missing)."""
+    detectors = ["data/detectors/early.safetensors", "data/detectors/realtime.safetensors"]
+    assert set(detectors) <= set(committed["ablation_dior_table3"]["deps"])
+    assert committed["train_early_detector"]["outs"][0] == detectors[0]
+    assert not set(detectors) & set(committed["ablation_sugar_table2"]["deps"])
+    seakr = committed["ablation_seakr_reasoning"]["deps"]
+    assert not [d for d in seakr if d.startswith("data/calibration")]
+
+
 def test_no_two_stages_own_overlapping_paths(committed):
     check_outs_disjoint(committed)
     outs = [out for stage in committed.values() for out in stage["outs"]]

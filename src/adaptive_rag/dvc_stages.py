@@ -151,6 +151,18 @@ class _Builder:
             kinds.append(self.p.retriever_kind(calibration, method))
         return kinds
 
+    def declared_inputs(self, dataset: str, method: str) -> list[str]:
+        """The files the method type declares (`Method.inputs`, DioR's trained detectors), so the stage
+        waits for the stages that write them and reruns when they change. A calibration file is left
+        out: the run's own Snakemake target makes it, from the split and settings already listed."""
+        cfg = self.p.method(method)
+        declared = self.method_class(cfg.type).inputs(cfg.settings_for(dataset), dataset, method)
+        calibration = self.calibration(dataset, method)
+        from .methods.parts.calibrated import calibration_path
+
+        own = calibration_path(calibration, method) if calibration else None
+        return [path for path in declared.values() if path != own]
+
     def exemplars(self, dataset: str) -> list[str]:
         spec = self.p.dataset(dataset).exemplars
         return [] if spec.startswith("builtin:") else [spec]  # built-in sets are package code
@@ -164,6 +176,7 @@ class _Builder:
         deps = [d for d in [self.model_dir] if d]
         deps += [path for kind in kinds for path in (self.p.index_dir(kind), *self.p.index_inputs(kind))]
         deps += [f"data/splits/{d}.jsonl" for d in datasets] + self.exemplars(dataset)
+        deps += self.declared_inputs(dataset, method)
         params = ["seed", "model", *(f"generation.{k}" for k in GENERATION_KEYS), *self.method_keys(method)]
         params += [self.key("datasets", d) for d in datasets]
         params += ["retrieval"] if kinds else []

@@ -186,11 +186,13 @@ def plot_bars(ablation, frame, path: Path, settings) -> None:
             bounds = (part[f"{metric}_lo"], part[f"{metric}_hi"]) if f"{metric}_lo" in part else (None, None)
             series.append((dataset, part[metric].astype(float), *bounds))
         interval_bars(ax, labels, series, horizontal=True)
-        ax.margins(x=0.12)  # room for the value written beyond each error bar
+        ax.margins(x=0.18)  # room for the value written beyond each error bar
         ax.set_xlabel(title)
         ax.set_ylabel(", ".join(ablation.vary))
-        ax.legend(title="dataset", fontsize=8, loc="lower right")
-    figure.suptitle(ablation.name)
+        if len(ablation.datasets) > 1:  # one dataset is named in the title: no legend over the bars
+            ax.legend(title="dataset", fontsize=8, loc="best")
+    single = f" ({ablation.datasets[0]})" if len(ablation.datasets) == 1 else ""
+    figure.suptitle(ablation.name + single)
     figure.tight_layout()
     save(figure, path)
 
