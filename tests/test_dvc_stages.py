@@ -13,7 +13,7 @@ import yaml
 
 from adaptive_rag.config import load_params, parse_params
 from adaptive_rag.dvc_record import record, select
-from adaptive_rag.dvc_stages import (ABLATION_SUFFIXES, REPORT_FILES, ablation_rule, build_stages,
+from adaptive_rag.dvc_stages import (ABLATION_SUFFIXES, REPORT_FILES, _Builder, ablation_rule, build_stages,
                                      check_current, check_outs_disjoint, render)
 from adaptive_rag.errors import ConfigError, InputError
 
@@ -88,13 +88,14 @@ def test_params_dependencies_mirror_what_snakemake_reruns_on(committed, params):
                 node = node[part]
 
 
-def test_a_run_depends_on_the_files_its_method_declares(committed):
+def test_a_run_depends_on_the_files_its_method_declares(committed, params):
     """DioR reads its trained detectors: its stages wait for the detector stages and rerun when the
     weights change; w/o ED reads no early detector. SeaKR's calibration file is made inside its own
     Snakemake target, so it is no dependency (DVC would refuse a stage whose dependency is missing)."""
     detectors = ["data/detectors/early.safetensors", "data/detectors/realtime.safetensors"]
     assert set(detectors) <= set(committed["ablation_dior_table3"]["deps"])
     assert committed["train_early_detector"]["outs"][0] == detectors[0]
+    assert _Builder(params).declared_inputs("demo-small", "dior-wo-ed") == detectors[1:]
     assert not set(detectors) & set(committed["ablation_sugar_table2"]["deps"])
     seakr = committed["ablation_seakr_reasoning"]["deps"]
     assert not [d for d in seakr if d.startswith("data/calibration")]

@@ -155,11 +155,11 @@ class _Builder:
         """The files the method type declares (`Method.inputs`, DioR's trained detectors), so the stage
         waits for the stages that write them and reruns when they change. A calibration file is left
         out: the run's own Snakemake target makes it, from the split and settings already listed."""
+        from .methods.parts.calibrated import calibration_path
+
         cfg = self.p.method(method)
         declared = self.method_class(cfg.type).inputs(cfg.settings_for(dataset), dataset, method)
         calibration = self.calibration(dataset, method)
-        from .methods.parts.calibrated import calibration_path
-
         own = calibration_path(calibration, method) if calibration else None
         return [path for path in declared.values() if path != own]
 
