@@ -5,8 +5,9 @@ passages, so no index and no JVM are needed) or SR-RAG prompts (top-3 BM25 passa
 100 new tokens, cut at the project's stop strings ("\\n\\n", "Question:"). The same token ids go into
 both: the engine's own encoding of each prompt.
 
-- `engine`: `HFModel.generate` at batch size B (shared few-shot prefix encoded once, rows leave the
-  batch as they stop, eager attention since methods read attentions).
+- `engine`: `HFModel.generate` at batch size B, all N prompts in one call (`--attention fast`, the
+  default: shared few-shot prefix held once, each prompt prefilled alone, B rows decoded together with
+  continuous batching; `--attention eager`: transformers' forward in lockstep batches of B).
 - `generate`: `AutoModelForCausalLM.generate` at batch size B as a user would call it: default
   attention (sdpa), left padding, `do_sample=False`, `stop_strings` with the tokenizer, and the
   generated text cut at the first stop string afterwards (rows keep decoding until the whole batch
@@ -14,12 +15,15 @@ both: the engine's own encoding of each prompt.
 
 Reported per configuration: kept tokens (generated up to the stop string), kept tokens/s, forward
 tokens per kept token (every position a forward pass computed, padding included, over the kept
-tokens), peak memory (host RSS; GPU peak on CUDA), and how many outputs equal the engine's batch-1
-output. Each configuration runs in a fresh process; model load is excluded from the time.
+tokens), the share of the memory-bandwidth bound reached (B rows x measured copy bandwidth / bytes of
+weights a decode step reads: no decode step can stream the weights faster), peak memory (host RSS; GPU
+peak on CUDA), and how many outputs equal the engine's batch-1 output. Each configuration runs in a
+fresh process; model load is excluded from the time.
 
 Usage: python benchmarks/vs_generate.py [--method wo-rag|sr-rag] [--questions 32] [--batch-sizes 1 8 32]
                                         [--threads 2] [--model-dir DIR] [--device cpu|cuda]
-                                        [--dtype float32|bfloat16|float16]
+                                        [--dtype float32|bfloat16|float16] [--random-init llama-2-7b]
+                                        [--attention fast|eager] [--cuda-graphs] [--max-new-tokens 100]
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ import sys
 import time
 
 from engine import workload  # benchmarks/engine.py: the same demo prompts
-from model_args import REPO, add_model_arguments, model_argv, require_model
+from model_args import (REPO, add_model_arguments, engine, load_model, memory_bandwidth, model_argv, model_name,
+                        require_model, weight_bytes)
 
-MAX_NEW_TOKENS = 100
 MODES = ("engine", "generate")
 
 
@@ -54,34 +58,29 @@ def kept_tokens(tokenizer, ids: list[int], stop) -> list[int]:
 
 
 def run_engine(args, prompts, stop):
-    from adaptive_rag.lm.hf import HFModel
-
-    lm = HFModel(args.model_dir, args.dtype, args.device, args.threads, 0, args.batch_size)
-    lm.generate(prompts[:1], 1, stop)  # untimed: loads kernels and encodes the shared few-shot prefix once
+    lm = engine(args, args.batch_size)
+    # untimed: loads kernels, encodes the shared few-shot prefix once and (CUDA graphs) captures each bucket
+    lm.generate(prompts[:args.batch_size], 2, stop)
     lm.forward_tokens = 0
     start = _sync_clock(lm.torch, args.device)
-    results = lm.generate(prompts, MAX_NEW_TOKENS, stop)
+    results = lm.generate(prompts, args.max_new_tokens, stop)
     seconds = _sync_clock(lm.torch, args.device) - start
-    return lm.torch, seconds, [r.token_ids for r in results], lm.forward_tokens
+    return lm.torch, seconds, [r.token_ids for r in results], lm.forward_tokens, lm.model
 
 
 def run_generate(args, prompts, stop):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from adaptive_rag.lm.hf import HFModel
 
-    if args.device == "cpu":
-        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args)  # transformers' default attention (sdpa)
     encoder = HFModel.__new__(HFModel)  # the engine's prompt encoding only, no second model in memory
-    encoder.tokenizer = tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    encoder.tokenizer = tokenizer
     ids = [HFModel.encode(encoder, p)[0] for p in prompts]
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=getattr(torch, args.dtype))
-    model.to(args.device).eval()
-    config = dict(max_new_tokens=MAX_NEW_TOKENS, do_sample=False, stop_strings=list(stop), tokenizer=tokenizer,
+    config = dict(max_new_tokens=args.max_new_tokens, do_sample=False, stop_strings=list(stop), tokenizer=tokenizer,
                   pad_token_id=tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
     with torch.no_grad():
         batch = tokenizer.pad({"input_ids": ids[:1]}, return_tensors="pt").to(args.device)
@@ -100,7 +99,7 @@ def run_generate(args, prompts, stop):
     seconds = _sync_clock(torch, args.device) - start
     eos = model.generation_config.eos_token_id
     ends = {tokenizer.pad_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
-    return torch, seconds, [kept_tokens(tokenizer, _until(o, ends), stop) for o in outputs], forward
+    return torch, seconds, [kept_tokens(tokenizer, _until(o, ends), stop) for o in outputs], forward, model
 
 
 def _until(ids: list[int], ends: set[int]) -> list[int]:
@@ -119,14 +118,14 @@ def child(args) -> None:
     from adaptive_rag.prompts.fewshot import STOP_STRINGS
 
     prompts = workload(args.questions, args.method)
-    torch, seconds, tokens, forward = (run_engine if args.child == "engine" else run_generate)(args, prompts,
-                                                                                              STOP_STRINGS)
+    torch, seconds, tokens, forward, model = (run_engine if args.child == "engine" else run_generate)(
+        args, prompts, STOP_STRINGS)
     cuda = args.device.startswith("cuda")
-    print(json.dumps({
-        "seconds": seconds, "tokens": tokens, "forward_tokens": forward,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
-    }))
+    record = {"seconds": seconds, "tokens": tokens, "forward_tokens": forward, "weight_bytes": weight_bytes(model),
+              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+              "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+    record["bandwidth"] = memory_bandwidth(torch, args.device)  # after the memory readings: it allocates 2 GB
+    print(json.dumps(record))
 
 
 def main() -> None:
@@ -134,6 +133,7 @@ def main() -> None:
     parser.add_argument("--method", choices=("wo-rag", "sr-rag"), default="wo-rag")
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--max-new-tokens", type=int, default=100)
     add_model_arguments(parser)
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
@@ -144,7 +144,8 @@ def main() -> None:
 
     def measure(mode: str, batch_size: int) -> dict:
         command = [sys.executable, __file__, "--child", mode, "--batch-size", str(batch_size), "--method",
-                   args.method, "--questions", str(args.questions), *model_argv(args)]
+                   args.method, "--questions", str(args.questions), "--max-new-tokens", str(args.max_new_tokens),
+                   *model_argv(args)]
         out = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         if out.returncode:
             sys.exit(f"error: {mode} at batch {batch_size} failed:\n{out.stderr[-3000:]}")
@@ -153,12 +154,17 @@ def main() -> None:
     runs = {(mode, b): measure(mode, b) for b in args.batch_sizes for mode in MODES}
     reference = runs[("engine", args.batch_sizes[0])]["tokens"]
     gpu = args.device.startswith("cuda")
-    print(f"\n{args.questions} demo questions ({args.method} prompts, chat format), SmolLM2-135M {args.dtype} on "
-          f"{args.device}, {args.threads} threads, greedy, at most {MAX_NEW_TOKENS} new tokens\n")
-    print("| batch | implementation | seconds | kept tokens | kept tokens/s | engine speed-up | forward tokens per "
-          f"kept token | peak RSS (MB) |{' peak GPU (MB) |' if gpu else ''} same output as engine batch "
-          f"{args.batch_sizes[0]} |")
-    print("|---|---|---|---|---|---|---|---|" + ("---|" if gpu else "") + "---|")
+    first = runs[("engine", args.batch_sizes[0])]
+    print(f"\n{args.questions} demo questions ({args.method} prompts, chat format), {model_name(args)} {args.dtype} "
+          f"on {args.device}{'' if gpu else f', {args.threads} threads'}, greedy, at most {args.max_new_tokens} new "
+          f"tokens; engine attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}; a decode "
+          f"step reads {first['weight_bytes'] / 1e9:.2f} GB of weights, measured copy bandwidth "
+          f"{first['bandwidth'] / 1e9:.1f} GB/s: at most {first['bandwidth'] / first['weight_bytes']:.1f} "
+          f"steps/s\n")
+    print("| batch | implementation | seconds | kept tokens | kept tokens/s | engine speed-up | % of bandwidth bound | "
+          f"forward tokens per kept token | peak RSS (MB) |{' peak GPU (MB) |' if gpu else ''} same output as "
+          f"engine batch {args.batch_sizes[0]} |")
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else "") + "---|")
     for b in args.batch_sizes:
         rate = {}
         for mode in MODES:
@@ -168,7 +174,9 @@ def main() -> None:
             same = sum(a == c for a, c in zip(r["tokens"], reference))
             speed = f"{rate['engine'] / rate['generate']:.2f}x" if mode == "generate" else ""
             name = "this engine" if mode == "engine" else "transformers generate"
+            bound = b * r["bandwidth"] / r["weight_bytes"]
             print(f"| {b} | {name} | {r['seconds']:.1f} | {kept} | {rate[mode]:.1f} | {speed} | "
+                  f"{100 * rate[mode] / bound:.0f} % | "
                   f"{r['forward_tokens'] / max(kept, 1):.2f} | {r['peak_rss_mb']:.0f} |"
                   + (f" {r['peak_gpu_mb']:.0f} |" if gpu else "") + f" {same}/{len(reference)} |")
 

@@ -43,7 +43,7 @@ def calibrating_types() -> list[str]:
 def build(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
           index_dir: Path | None = None):
     """The method as configured, its threshold set aside (it is what is being calibrated), its
-    questions, its batch size."""
+    questions, and how many of them it advances together (`generation.chunk_size`)."""
     from .lm.factory import build_model
 
     mcfg = params.method(method)
@@ -67,7 +67,7 @@ def build(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
                       max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever,
                       answer_fallback_tokens=params.generation.answer_fallback_tokens,
                       query_max_words=params.retrieval.query_max_words, template=load_template(ds.template))
-    return cls(settings, context), examples, params.generation.batch_size
+    return cls(settings, context), examples, params.generation.chunk_size
 
 
 def _batches(examples: list, size: int):

@@ -18,7 +18,7 @@ from .data.datasets import LOADERS
 from .errors import ConfigError, InputError
 from .evaluation.intervals import ReportConfig
 from .io import read_yaml
-from .lm.capabilities import BACKEND_CAPABILITIES, DTYPES, missing
+from .lm.capabilities import ATTENTION_PATHS, BACKEND_CAPABILITIES, DTYPES, missing
 from .lm.models import PYPI_SOURCES
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import resolve_exemplars
@@ -48,6 +48,8 @@ class ModelConfig:
     prompt_format: str
     backend: str  # hf (white-box, transformers) | api (black-box, OpenAI-compatible endpoint)
     api: APIConfig | None
+    attention: str = "fast"  # fast (shared-prefix cache, continuous batching) | eager (transformers' forward)
+    cuda_graphs: bool = False  # capture the fast path's decode step as CUDA graphs (model.device cuda only)
 
 
 @dataclass(frozen=True)
@@ -163,10 +165,13 @@ class GenerationConfig:
     decoding: str
     max_new_tokens: int
     threads: int
-    batch_size: int  # questions advanced together (one forward per step)
+    batch_size: int  # rows decoded together (one forward per step); a call's further prompts wait for a free row
     cache: str | None  # the shared call cache (SQLite); null: none
     processes: int  # > 1: `accelerate launch` splits the questions over this many processes (GPUs)
     answer_fallback_tokens: int  # no "So the answer is" in an output: append it and generate this many (0: off)
+    # Questions a method advances together: each step's model call holds up to this many prompts, and a
+    # killed run resumes from the last finished chunk. Default: 4 x batch_size.
+    chunk_size: int = 32
 
 
 @dataclass(frozen=True)
@@ -324,7 +329,8 @@ class Params:
         cfg = self.method(method)
         cls = method_class(cfg.type)
         sections = (self.seed, self.model, self.generation.decoding, self.generation.max_new_tokens,
-                    self.generation.batch_size, self.generation.answer_fallback_tokens, _method_key(cls, cfg),
+                    self.generation.batch_size, self.generation.chunk_size, self.generation.answer_fallback_tokens,
+                    _method_key(cls, cfg),
                     _dataset_key(self.dataset(dataset)),
                     self.retrieval.key(self.retriever_kind(dataset, method)) if cls.needs_retriever else None)
         return [as_dict(s) for s in sections]
@@ -376,7 +382,14 @@ def _model(s: Section) -> ModelConfig:
         prompt_format=s.str("prompt_format", "chat", PROMPT_FORMATS),
         backend=backend,
         api=api,
+        attention=s.str("attention", "fast", ATTENTION_PATHS),
+        cuda_graphs=s.bool("cuda_graphs", False),
     )
+    if cfg.cuda_graphs and not cfg.device.startswith("cuda"):
+        raise s.fail("cuda_graphs", f"captures CUDA graphs, so it needs model.device: cuda; got {cfg.device!r}")
+    if cfg.cuda_graphs and cfg.attention != "fast":
+        raise s.fail("cuda_graphs", "captures the fast attention path's decode step; set model.attention: fast")
+
     if not (cfg.device == "cpu" or cfg.device == "cuda" or cfg.device.startswith("cuda:")):
         raise s.fail("device", f"must be cpu, cuda or cuda:N; got {cfg.device!r}")
     check_name(s, "name", "model", cfg.name)  # data/models/<name>
@@ -767,6 +780,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
         cache=generation_s.raw("cache", None),
         processes=generation_s.int("processes", 1, minimum=1),
         answer_fallback_tokens=generation_s.int("answer_fallback_tokens", 20, minimum=0),
+        chunk_size=generation_s.int("chunk_size", 4 * generation_s.int("batch_size", 8, minimum=1), minimum=1),
     )
     if generation.cache is not None and not (isinstance(generation.cache, str) and generation.cache):
         raise generation_s.fail("cache", f"expected a file path or null, got {show(generation.cache)}")

@@ -299,7 +299,7 @@ def build_realtime(params: Params, lm, out: Path, similarity=None, extract: Call
     extras = Extras(hidden_layer=HIDDEN_LAYER)
     records, features, labels, units = [], [], [], []
     width = 0
-    size = params.generation.batch_size
+    size = params.generation.chunk_size
     with tqdm(total=len(cuts), desc="real-time-detection data", unit=" passages") as bar:
         for start in range(0, len(cuts), size):
             batch = cuts[start:start + size]

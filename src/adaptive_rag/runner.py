@@ -1,9 +1,11 @@
 """One generation job: a dataset split x a method -> predictions.jsonl, trace.jsonl, provenance.json.
 
 Why it is built this way:
-- Questions are cut into fixed batches by position (batch i = questions [i*B, (i+1)*B)). A resumed
-  run and every Accelerate process compute exactly the batches an uninterrupted single-process run
-  computes, so their results are identical, not merely close.
+- Questions are cut into fixed batches by position (batch i = questions [i*C, (i+1)*C), C =
+  `generation.chunk_size`). A resumed run and every Accelerate process compute exactly the batches an
+  uninterrupted single-process run computes, so their results are identical, not merely close. A batch
+  holds several of the model's `batch_size` rows: the engine keeps its rows full until the batch's last
+  question (continuous batching), and the batch is what a method advances in lockstep.
 - Each finished batch is appended (flushed and fsynced) to a per-process progress log under
   `<out>/.progress/`; a killed job loses at most the batch in flight and a rerun skips what is done,
   but only batches made from the same settings, split, exemplars, model, index and code
@@ -54,7 +56,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     exemplars = load_exemplars(ds.exemplars, ds.num_exemplars)
     template = load_template(ds.template)
-    size = params.generation.batch_size
+    size = params.generation.chunk_size  # questions a method advances together; the unit of resume
     batches = [examples[i:i + size] for i in range(0, len(examples), size)]
     batch_ids = [[e.id for e in batch] for batch in batches]
 

@@ -14,6 +14,9 @@ WHITE_BOX = frozenset({LOGPROBS, SAMPLING, SCORING, ENTROPY, ATTENTIONS, HIDDEN_
 BLACK_BOX = frozenset({LOGPROBS, SAMPLING, SCORING})  # an API returns tokens and their log-probabilities
 BACKEND_CAPABILITIES = {"hf": WHITE_BOX, "api": BLACK_BOX}
 DTYPES = ("float32", "bfloat16", "float16")  # what model.dtype may name; the hf backend maps each to torch
+# model.attention: fast (lm.fast_decoder: shared-prefix cache, continuous batching, Llama-family decoders) |
+# eager (transformers' own forward with its eager kernel in every layer: any causal LM, the reference)
+ATTENTION_PATHS = ("fast", "eager")
 
 
 def missing(capabilities: frozenset[str], needs) -> list[str]:

@@ -30,7 +30,7 @@ def build_model(params: "Params", model_dir: Path | None, local_rank: int = 0) -
         if device == "cuda":
             device = f"cuda:{local_rank}"
         lm = HFModel(model_dir, params.model.dtype, device, params.generation.threads, params.seed,
-                     params.generation.batch_size)
+                     params.generation.batch_size, params.model.attention, params.model.cuda_graphs)
     if params.generation.cache:
         from .cache import CachedModel, CallCache
 

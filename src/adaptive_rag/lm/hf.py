@@ -3,21 +3,25 @@ attentions and hidden states taken from the generation pass itself; seeded sampl
 scoring.
 
 Why it is built this way:
+- Two attention paths, named by `model.attention` and part of every result's identity: `fast` (the
+  default for Llama-family decoders) runs `fast_decoder` on a shared-prefix cache with continuous
+  batching (`continuous`); `eager` runs the model's own `forward` with its eager attention kernel, one
+  lockstep batch at a time, and is the reference the fast path is tested against.
 - The few-shot part of a prompt is the same for every question of a dataset, so it is encoded once
   and its KV cache reused (`Prompt.shared` marks it). The split point depends only on the prompt,
   never on which other prompts share its batch, so a prompt's numbers do not depend on the batch.
-- Questions advance in lockstep: one forward per step for the whole batch, suffixes left-padded
-  between the shared prefix and the question (masked, with explicit positions), finished rows pruned.
-- Eager attention always: `output_attentions` needs it, and one attention kernel for every method
-  keeps the numbers of a method that asks for attentions equal to those of one that does not.
 - Per-token extras are collected only on decode steps (one query row each); the prefill would need
   a full [layers x heads x n x n] tensor that nobody uses.
 - Sampling runs a prompt's n continuations as n rows of one batch (continuation j seeded seed + j),
   after one prefill of the prompt whose KV cache every row then shares: the prompt is read once, not n
   times, and a prompt's samples never depend on which other prompts were asked with it.
 - SeaKR's final state: when a row finishes, its last token is replaced by EOS (an EOS the model chose
-  is fed as it is) and fed once more; a forward hook on the layer's MLP (or the residual stream) gives
-  the state at that position, as the reference vLLM fork computes it.
+  is fed as it is) and fed once more; the layer's MLP output (or the residual stream) at that position
+  is the state, as the reference vLLM fork computes it.
+
+The eager path, in detail: questions advance in lockstep, one forward per step for the whole batch,
+suffixes left-padded between the shared prefix and the question (masked, with explicit positions),
+finished rows pruned; eager attention in every layer, because `output_attentions` needs it.
 """
 
 from __future__ import annotations
@@ -30,37 +34,60 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InputError
-from .capabilities import DTYPES
+from .capabilities import ATTENTION_PATHS, DTYPES
 from .base import (NO_EXTRAS, WHITE_BOX, Attribution, Continuation, Extras, FirstToken, GenerationStopped, IGSettings,
-                   Prompt, SampleSet, SamplingParams, cut_at_stop, to_sample_set)
+                   Prompt, SampleSet, SamplingParams, to_sample_set)
+from .kv_cache import PrefixKV
+from .rows import RowState, choose
 
 class HFModel:
     capabilities = WHITE_BOX
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "cpu", threads: int = 1,
-                 seed: int = 0, batch_size: int = 8):
+                 seed: int = 0, batch_size: int = 8, attention: str = "fast", cuda_graphs: bool = False,
+                 loaded: tuple | None = None):
+        """`loaded`: a (model, tokenizer) pair already in memory (benchmarks build randomly initialised
+        models of a paper model's shape that way); `model_dir` then only names it."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model_dir = Path(model_dir)
-        if not (model_dir / "config.json").is_file():
+        if loaded is None and not (model_dir / "config.json").is_file():
             raise InputError(f"{model_dir}: not a model directory (run the model step first)")
         if dtype not in DTYPES:
             raise InputError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+        if attention not in ATTENTION_PATHS:
+            raise InputError(f"attention must be one of {', '.join(ATTENTION_PATHS)}; got {attention!r}")
         if device == "cpu":
             torch.set_num_threads(threads)
         torch.manual_seed(seed)
         self.torch, self.device, self.dtype, self.batch_size = torch, device, dtype, batch_size
         self.model_dir = model_dir
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
-                                                          attn_implementation="eager")
-        self.model.to(device).eval()
+        if loaded is not None:
+            self.model, self.tokenizer = loaded
+            self.model.to(device=device, dtype=getattr(torch, dtype))
+        else:
+            self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
+                                                              attn_implementation="eager")
+            self.model.to(device)
+        self.model.eval()
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
         self._prefix_ids: tuple[int, ...] | None = None
         self._prefix_cache = None
+        self._prefix_kv = PrefixKV(())
+        self.attention = attention
+        self.decoder = None
+        if attention == "fast":
+            from .fast_decoder import FastDecoder
+
+            # Refuses an architecture it does not run, and CUDA graphs off a CUDA device, naming the setting.
+            self.decoder = FastDecoder(self.model, cuda_graphs=cuda_graphs, rows_hint=batch_size)
+        elif cuda_graphs:
+            raise InputError("model.cuda_graphs: true captures the fast attention path; set model.attention: fast")
+        self.cuda_graphs = cuda_graphs
         self.forward_tokens = 0  # tokens actually run through the model (reported by benchmarks)
         # Asked before every decoding step; True abandons the call with `GenerationStopped`. `serve` points
         # it at "has this request's client gone?" so a disconnected client does not keep the model busy.
@@ -80,7 +107,8 @@ class HFModel:
         # Device type and batch size are part of a result's identity: CPU and CUDA kernels, and padding
         # in a different batch shape, can differ in the last bits, so a shared cache must not mix them.
         return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,
-                "attention": "eager", "device": self.device.split(":")[0], "batch_size": self.batch_size}
+                "attention": self.attention, "device": self.device.split(":")[0], "batch_size": self.batch_size,
+                **({"cuda_graphs": True} if self.cuda_graphs else {})}
 
     @property
     def context_length(self) -> int | None:
@@ -130,6 +158,17 @@ class HFModel:
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        if self.decoder is not None:  # one continuous batch per distinct shared prefix, in prompt order
+            encoded = [self.encode(p) for p in prompts]
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for index, (ids, shared) in enumerate(encoded):
+                groups.setdefault(tuple(ids[:shared]), []).append(index)
+            results: list[Continuation | None] = [None] * len(prompts)
+            for rows in groups.values():
+                for index, result in zip(rows, self._run([encoded[i] for i in rows], max_new_tokens, stop, extras,
+                                                         None)):
+                    results[index] = result
+            return results
         out: list[Continuation] = []
         for start in range(0, len(prompts), self.batch_size):
             out.extend(self._run([self.encode(p) for p in prompts[start:start + self.batch_size]],
@@ -147,6 +186,14 @@ class HFModel:
         return [to_sample_set(self.sample(p, params, max_new_tokens, stop, extras), extras.final_layers)
                 for p in prompts]
 
+    def prefix_kv(self, prefix: tuple[int, ...]) -> PrefixKV:
+        """The fast path's cache of a shared prefix, computed once per distinct prefix (the last is kept)."""
+        if prefix != self._prefix_kv.ids:
+            with self.torch.inference_mode():
+                self._prefix_kv = self.decoder.encode_prefix(prefix)
+            self.forward_tokens += len(prefix)
+        return self._prefix_kv
+
     def _shared_cache(self, prefix: tuple[int, ...]):
         """KV cache of the shared prefix, computed once per distinct prefix (the last one is kept)."""
         if prefix != self._prefix_ids:
@@ -160,6 +207,22 @@ class HFModel:
 
     def _run(self, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
              extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[Continuation]:
+        if self.decoder is not None:
+            from .continuous import run_continuous
+
+            states = run_continuous(self, encoded, max_new_tokens, stop, extras, sampling)
+        else:
+            states = self._run_eager(encoded, max_new_tokens, stop, extras, sampling)
+        results = [state.result(self, stop, extras) for state in states]
+        if extras.attention_layer is not None:
+            # Attention rows cover the prompt too; the texts of the prompt's own (non-shared) tokens
+            # let a method find the question and the answer so far among those columns.
+            for result, (ids, own_shared) in zip(results, encoded):
+                result.meta["prompt_tokens"] = self.token_texts(ids[own_shared:])
+        return results
+
+    def _run_eager(self, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
+                   extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[RowState]:
         torch = self.torch
         shared = min(s for _, s in encoded)
         prefix = tuple(encoded[0][0][:shared])
@@ -184,15 +247,15 @@ class HFModel:
         if shared:
             cache = copy.deepcopy(self._shared_cache(prefix))
             cache.batch_repeat_interleave(batch // replicas)
-        generators = None
+        generators, params = None, None
         if sampling is not None:
             params, rows = sampling
             generators = [torch.Generator().manual_seed(params.seed + j) for j in rows]
 
         want_rows = extras.attention_layer is not None or extras.hidden_layer is not None
-        final_layers = self._check_layers(extras.final_layers)
+        final_layers = self.check_layers(extras.final_layers)
         captured: dict[int, object] = {}
-        states = [_RowState(len(ids)) for ids, _ in encoded]
+        states = [RowState(len(ids)) for ids, _ in encoded]
         active = list(range(batch))
         with torch.inference_mode(), self._mlp_hooks(final_layers if extras.final_source == "mlp" else (), captured):
             out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
@@ -207,41 +270,15 @@ class HFModel:
             while active:
                 if self.stop_requested is not None and self.stop_requested():
                     raise GenerationStopped(step)
-                logits = out.logits[:, -1, :].float()
-                logprobs = torch.log_softmax(logits, dim=-1)
-                if generators is None:
-                    chosen = logprobs.argmax(dim=-1)
-                else:
-                    chosen = _sample_rows(logits, [generators[r] for r in active], sampling[0])
-                entropy = -(logprobs.exp() * logprobs).sum(-1) if extras.entropy else None
-                lse = torch.logsumexp(logits, dim=-1) if extras.logsumexp else None
+                chosen = choose(out.logits[:, -1, :], extras,
+                                None if generators is None else [generators[r] for r in active], params)
                 keep, next_ids, feed_positions = [], [], []
                 for i, row in enumerate(active):
-                    token = int(chosen[i])
-                    state = states[row]
-                    if token in self.eos_ids:
-                        state.finish = "eos"
-                        if final_layers:  # the model's own EOS, fed at the next position
-                            keep.append(i)
-                            next_ids.append(token)
-                            feed_positions.append(state.prompt_len + len(state.ids))
-                        continue
-                    state.ids.append(token)
-                    state.logprobs.append(float(logprobs[i, token]))
-                    if entropy is not None:
-                        state.entropies.append(float(entropy[i]))
-                    if lse is not None:
-                        state.logsumexp.append(float(lse[i]))
-                    text = self.tokenizer.decode(state.ids, skip_special_tokens=True)
-                    if cut_at_stop(text, stop)[1]:
-                        state.finish = "stop"
-                    elif len(state.ids) >= max_new_tokens:
-                        state.finish = "length"
-                    if state.finish is None or want_rows or final_layers:
+                    feed = states[row].take(chosen, i, self, stop, max_new_tokens, want_rows, final_layers)
+                    if feed is not None:
                         keep.append(i)
-                        # A row that just finished is fed EOS in place of its last token (final state).
-                        next_ids.append(self.final_eos_id if state.finish and final_layers else token)
-                        feed_positions.append(state.prompt_len + len(state.ids) - 1)
+                        next_ids.append(feed[0])
+                        feed_positions.append(feed[1])
                 step += 1
                 if not keep:
                     break
@@ -285,13 +322,7 @@ class HFModel:
             for state in states:  # a row cut by max_new_tokens=0 never ran: no final state exists
                 if state.final is None:
                     raise RuntimeError("a sampled row finished without its final EOS feed")
-        results = [state.result(self, stop, extras) for state in states]
-        if extras.attention_layer is not None:
-            # Attention rows cover the prompt too; the texts of the prompt's own (non-shared) tokens
-            # let a method find the question and the answer so far among those columns.
-            for result, (ids, own_shared) in zip(results, encoded):
-                result.meta["prompt_tokens"] = self.token_texts(ids[own_shared:])
-        return results
+        return states
 
     @property
     def final_eos_id(self) -> int:
@@ -310,7 +341,7 @@ class HFModel:
     def num_layers(self) -> int:
         return len(self._decoder_layers())
 
-    def _check_layers(self, layers: Sequence[int]) -> tuple[int, ...]:
+    def check_layers(self, layers: Sequence[int]) -> tuple[int, ...]:
         count = self.num_layers if layers else 0
         for layer in layers:
             if not 1 <= layer <= count:
@@ -388,7 +419,8 @@ class HFModel:
         from .integrated_gradients import integrated_gradients, per_token
 
         ids, _ = self.encode(prompt)
-        result = integrated_gradients(self.model, ids, settings)
+        result = integrated_gradients(self.model, ids, settings,
+                                      self.decoder.last_logits if self.decoder is not None else None)
         self.forward_tokens += (settings.steps + 2) * len(ids)
         l2, dot = per_token(result.attributions)
         return Attribution(tokens=self.token_texts(ids), token_ids=ids, target_id=result.target_id,
@@ -462,43 +494,6 @@ class HFModel:
         return token_texts(self.tokenizer, ids)
 
 
-class _RowState:
-    """What one prompt's generation has produced so far."""
-
-    def __init__(self, prompt_len: int):
-        self.prompt_len = prompt_len
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.entropies: list[float] = []
-        self.attentions: list[np.ndarray] = []
-        self.hidden: list[np.ndarray] = []
-        self.logsumexp: list[float] = []
-        self.final: np.ndarray | None = None
-        self.finish: str | None = None
-
-    def result(self, model: HFModel, stop: Sequence[str], extras: Extras) -> Continuation:
-        texts = model.token_texts(self.ids)
-        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)
-        # Keep every token that contributes a character to `text` (the last may run into the stop string).
-        keep, length = 0, 0
-        while keep < len(texts) and length < len(text):
-            length += len(texts[keep])
-            keep += 1
-        if not text:
-            keep = 0 if self.finish == "stop" else len(texts)
-        return Continuation(
-            text=text, tokens=texts[:keep], logprobs=self.logprobs[:keep], finish_reason=self.finish or "length",
-            prompt_tokens=self.prompt_len, token_ids=self.ids[:keep],
-            entropies=self.entropies[:keep] if extras.entropy else None,
-            attentions=self.attentions[:keep] if extras.attention_layer is not None else None,
-            hidden=(np.stack(self.hidden[:keep]) if keep else
-                    np.zeros((0, model.model.config.hidden_size), dtype=np.float32))
-            if extras.hidden_layer is not None else None,
-            final_hidden=self.final if extras.final_layers else None,
-            logsumexp=self.logsumexp[:keep] if extras.logsumexp else None,
-        )
-
-
 def _up_projection(block):
     """The module whose output is a decoder block's MLP up-projection (the wide pre-activation half)."""
     return _first_attribute(block, ("mlp.up_proj", "mlp.c_fc", "mlp.dense_h_to_4h", "fc1"))
@@ -516,26 +511,6 @@ def _first_attribute(root, paths: Sequence[str]):
         if node is not None:
             return node
     return None
-
-
-def _sample_rows(logits, generators, params: SamplingParams):
-    """One token per row from the temperature/top-k/top-p filtered distribution, each row with its own
-    generator, so continuation j depends only on its seed (seed + j), not on its batch neighbours."""
-    torch = __import__("torch")
-    scaled = logits / max(params.temperature, 1e-6)
-    if params.top_k:
-        kth = torch.topk(scaled, min(params.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    if params.top_p is not None and params.top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    probs = probs / probs.sum(-1, keepdim=True)
-    cumulative = probs.cumsum(-1)
-    draws = torch.stack([torch.rand((), generator=g) for g in generators]).to(cumulative.device)
-    return torch.searchsorted(cumulative, draws[:, None]).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def token_texts(tokenizer, ids: list[int]) -> list[str]:

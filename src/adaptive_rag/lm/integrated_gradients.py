@@ -82,21 +82,24 @@ def last_logits(model, embeddings):
     return out.logits[:, -1, :].float()
 
 
-def integrated_gradients(model, input_ids: Sequence[int], settings: IGSettings) -> Integrated:
-    """IG of every token of `input_ids` for the model's greedy next token (see the module docstring)."""
+def integrated_gradients(model, input_ids: Sequence[int], settings: IGSettings, forward=None) -> Integrated:
+    """IG of every token of `input_ids` for the model's greedy next token (see the module docstring).
+    `forward(embeddings) -> [rows, vocab] float32 logits` replaces the model's own forward (the fast
+    attention path passes its batched pass, `FastDecoder.last_logits`)."""
     import torch
 
+    logits_of = forward or (lambda embeddings: last_logits(model, embeddings))
     if not input_ids:
         raise ValueError("integrated_gradients needs at least one input token")
     device = model.get_input_embeddings().weight.device
     ids = torch.tensor([list(input_ids)], dtype=torch.long, device=device)
     with torch.no_grad():
         x = model.get_input_embeddings()(ids)[0].detach()  # [n, d], model dtype
-        logits = last_logits(model, x[None])[0]
+        logits = logits_of(x[None])[0]
         target_id = int(logits.argmax())
         value = float(_target(logits[None], settings.target)[0, target_id])
         baseline = torch.zeros_like(x)
-        baseline_value = float(_target(last_logits(model, baseline[None]), settings.target)[0, target_id])
+        baseline_value = float(_target(logits_of(baseline[None]), settings.target)[0, target_id])
     alphas, weights = quadrature(settings.method, settings.steps)
     alphas = torch.tensor(alphas, dtype=torch.float32, device=device)
     weights = torch.tensor(weights, dtype=torch.float64, device=device)
@@ -108,7 +111,7 @@ def integrated_gradients(model, input_ids: Sequence[int], settings: IGSettings) 
             # baseline + alpha * (x - baseline), rounded once to the model dtype (captum's interpolation)
             points = (baseline.float()[None] + alphas[start:stop, None, None] * path[None]).to(x.dtype)
             points.requires_grad_(True)
-            out = _target(last_logits(model, points), settings.target)[:, target_id]
+            out = _target(logits_of(points), settings.target)[:, target_id]
             (grads,) = torch.autograd.grad(out.sum(), points)  # rows are independent: d(sum)/d(row) = dF/d(row)
             total += (grads.double() * weights[start:stop, None, None]).sum(dim=0)
     attributions = (x.double() - baseline.double()) * total

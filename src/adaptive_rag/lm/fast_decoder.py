@@ -1,0 +1,448 @@
+"""The fast attention path: a Llama-family decoder run layer by layer over the Hugging Face model's own
+modules, on the shared-prefix cache of `kv_cache`.
+
+Why it is built this way:
+- Methods read the attention of one layer (DRAGIN, SCAAR's ATTN cell, DioR's A term) and the hidden state
+  of one layer (SeaKR, DioR), never those of every layer. Transformers can return attentions only from
+  its eager kernel in every layer, and copies grouped-query keys and values per head (`repeat_kv`) and a
+  growing cache per step (`torch.cat`). Here prompt tokens go through `scaled_dot_product_attention`
+  (grouped-query heads read in place) and a decode step through `cascade_attention`: the query of
+  each row against the shared prefix (one matrix product for all rows) and against its own slot,
+  merged in one softmax. The layer a method asks for returns its head-averaged probabilities from that
+  same softmax: the attention row costs nothing extra and no other layer computes one.
+- The modules are the model's own (norms, projections, rotary embedding, MLP, head), called in the
+  order the model's `forward` calls them, so the weights, rotary scaling and activation are exactly the
+  model's; `tests/test_fast_decoder.py` checks every output against the eager path.
+- On the CPU every linear layer runs as oneDNN's inner product on weights packed once for it (the
+  kernel PyTorch's own compiler uses on CPUs; `packed_linears`): at the few rows of a decode step
+  MKL's GEMM reaches about a third of the machine's arithmetic rate, the packed kernel about twice that,
+  at the cost of a second copy of the linear weights. Where the operator is missing or disagrees with
+  `torch.nn.functional.linear` on a probe, the modules run as they are.
+- Shapes: a decode step reads the rows' slots up to `window` positions. On the CPU the window is the
+  longest row so far (nothing is read twice); with CUDA graphs it is the slot capacity, so one captured
+  graph per batch size serves a whole call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from .capabilities import ATTENTION_PATHS  # noqa: F401  (re-exported: the paths this module is one of)
+from .kv_cache import PrefixKV, SlotKV
+
+# Decoder-only architectures whose layers are (input norm, q/k/v/o attention with rotary positions,
+# post-attention norm, MLP) as Llama's; Qwen3 adds per-head q/k norms, Qwen2 biases on q/k/v.
+FAST_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def unsupported(model) -> str | None:
+    """Why `model` cannot run on the fast path, or None when it can."""
+    config = model.config
+    kind = getattr(config, "model_type", None)
+    if kind not in FAST_MODEL_TYPES:
+        return f"the fast attention path runs {', '.join(FAST_MODEL_TYPES)} decoders; this model is {kind!r}"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", kind == "mistral"):
+        return (f"the fast attention path has no sliding-window attention (config.sliding_window = "
+                f"{config.sliding_window})")
+    return None
+
+
+@dataclass
+class StepOutput:
+    """What one decode step returns for its rows (in slot order)."""
+
+    logits: object  # [rows, vocab] float32
+    attention: object | None = None  # [rows, P + window] float32: head-averaged probabilities of the asked layer
+    hidden: object | None = None  # [rows, hidden] float32 at the asked hidden-state index
+    finals: dict | None = None  # 1-based layer -> [rows, hidden] float32
+
+
+class FastDecoder:
+    """Prefix encoding, per-row prompt prefill and batched decode steps of one causal LM.
+
+    `static=True` keeps one prefix buffer and one set of slots for the model's lifetime (grown when a
+    call needs more) and pads each step to a power-of-two number of rows, so every step of a bucket has
+    the same shapes and addresses; with `cuda_graphs=True` (CUDA only) each bucket's step is captured
+    once as a CUDA graph and replayed. On the CPU, static mode runs the same padded step without
+    capture: that is how the tests check it."""
+
+    def __init__(self, model, static: bool = False, cuda_graphs: bool = False, rows_hint: int = 8):
+        reason = unsupported(model)
+        if reason:
+            raise InputError(f"model.attention: fast: {reason}; set model.attention: eager")
+        base = model.model
+        self.model = model
+        self.embed = base.embed_tokens
+        self.layers = list(base.layers)
+        self.norm = base.norm
+        self.rotary = base.rotary_emb
+        self.head = model.lm_head
+        attention = self.layers[0].self_attn
+        config = model.config
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = attention.head_dim
+        self.scaling = attention.scaling
+        parameter = next(model.parameters())
+        self.dtype, self.device = parameter.dtype, parameter.device
+        if cuda_graphs and self.device.type != "cuda":
+            raise InputError(f"model.cuda_graphs: true needs the model on a CUDA device; it is on {self.device}")
+        self.static = static or cuda_graphs
+        # module -> (packed weight, bias) on the CPU; empty elsewhere (or where the kernel is unavailable)
+        self.packed = packed_linears(model, rows_hint) if self.device.type == "cpu" else {}
+        self.cuda_graphs = cuda_graphs
+        self._slots: SlotKV | None = None  # static mode: the slots every call reuses
+        self._prefix_keys: list = []  # static mode: [kv heads, capacity, head dim] per layer
+        self._prefix_values: list = []
+        self._prefix_source: PrefixKV | None = None  # the prefix the static buffer holds now
+        self._prefix_length = None  # static mode: [1] long tensor, the valid prefix positions
+        self._graphs: dict = {}  # (rows, extras) -> (graph, static inputs, static outputs)
+        self._pool = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def new_slots(self, slots: int, length: int) -> SlotKV:
+        """Slots for one call: fresh ones, or in static mode the model's own (reset; grown, in steps of 256
+        positions and powers of two of rows, when this call needs more, which drops captured graphs)."""
+        if not self.static:
+            return SlotKV(self.num_layers, slots, self.kv_heads, length, self.head_dim, self.dtype, self.device)
+        held = self._slots
+        if held is None or len(held.lengths) < slots or held.capacity < length:
+            rows = max(_bucket(slots), len(held.lengths) if held else 0)
+            capacity = max(-(-length // 256) * 256, held.capacity if held else 0)
+            held = self._slots = SlotKV(self.num_layers, rows, self.kv_heads, capacity, self.head_dim, self.dtype,
+                                        self.device)
+            self._graphs.clear()
+        held.lengths = [0] * len(held.lengths)
+        return held
+
+    def position_bytes(self) -> int:
+        return SlotKV.bytes_per_position(self.num_layers, self.kv_heads, self.head_dim, self.dtype.itemsize)
+
+    # ---- prompt tokens ----------------------------------------------------------------------------
+
+    def encode_prefix(self, ids: tuple[int, ...], base: PrefixKV | None = None, logits: bool = False) -> PrefixKV:
+        """The prefix `base.ids + ids` (base may be None): only `ids` are run, reading base's cache."""
+        base = base or PrefixKV(())
+        keys, values, last = self._prompt_pass(ids, base)
+        return base.extended(keys, values, tuple(ids), self._logits(last) if logits else None)
+
+    def prefill(self, prefix: PrefixKV, slots: SlotKV, slot: int, ids) -> object:
+        """Write a row's own prompt tokens (after the prefix) into `slot`; the next-token logits [vocab]."""
+        keys, values, last = self._prompt_pass(ids, prefix)
+        n = len(ids)
+        if n > slots.capacity:
+            raise ValueError(f"a prompt suffix of {n} tokens does not fit a slot of {slots.capacity}")
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            slots.keys[layer][slot, :, :n] = k
+            slots.values[layer][slot, :, :n] = v
+        slots.lengths[slot] = n
+        return self._logits(last)[0]
+
+    def _prompt_pass(self, ids, prefix: PrefixKV):
+        """Run `ids` (one sequence) after `prefix`: per-layer [kv heads, n, head dim] keys and values, and
+        the final normalised hidden state of the last position ([1, hidden])."""
+        import torch
+
+        tokens = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
+        keys, values = [], []
+        hidden = self._layers(self.embed(tokens), prefix, keys, values)
+        return keys, values, self.norm(hidden[:, -1:])[:, 0]
+
+    def last_logits(self, embeddings):
+        """Float32 next-token logits [rows, vocab] after input embeddings [rows, n, hidden], every row from
+        position 0: the batched, differentiable pass Integrated Gradients runs (`lm.integrated_gradients`)."""
+        return self._logits(self.norm(self._layers(embeddings, PrefixKV(()))[:, -1]))
+
+    def _layers(self, hidden, prefix: PrefixKV, keys: list | None = None, values: list | None = None):
+        """The decoder layers over [rows, n, hidden] inputs at positions prefix.length.., each query attending
+        to the whole prefix and causally to its own row (`scaled_dot_product_attention`, grouped-query
+        heads in place); each layer's own keys and values ([kv heads, n, head dim], one row) are appended
+        to `keys`/`values` when given."""
+        import torch
+        import torch.nn.functional as F
+
+        rows, n, _ = hidden.shape
+        start = prefix.length
+        positions = torch.arange(start, start + n, device=self.device)[None].expand(rows, n)
+        cos, sin = self.rotary(hidden, positions)
+        mask = None
+        if start:  # query i sees the whole prefix and its own tokens up to i
+            mask = torch.ones((n, start + n), dtype=torch.bool, device=self.device).tril(diagonal=start)
+        for index, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, layer.input_layernorm(hidden), cos, sin)
+            if keys is not None:
+                keys.append(k[0])
+                values.append(v[0])
+            if start:
+                k = torch.cat([prefix.keys[index][None].expand(rows, -1, -1, -1), k], dim=2)
+                v = torch.cat([prefix.values[index][None].expand(rows, -1, -1, -1), v], dim=2)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=not start, scale=self.scaling,
+                                                 enable_gqa=self.kv_heads != self.heads)
+            hidden, _ = self._rest_of_layer(layer, hidden, out)
+        return hidden
+
+    # ---- one decode step ----------------------------------------------------------------------------
+
+    def step(self, prefix: PrefixKV, slots: SlotKV, tokens, positions, window: int | None = None,
+             attention_layer: int | None = None, hidden_index: int | None = None,
+             final_layers: tuple[int, ...] = (), final_source: str = "mlp") -> StepOutput:
+        """Feed one token to each of the first len(tokens) slots (`tokens`, `positions`: [rows] long
+        tensors on the device): each token's keys and values go to the end of its slot, then every row
+        attends over the prefix and its slot. `window` (default: the longest row after this step) is how
+        many slot positions are read. `attention_layer` and `hidden_index` are in transformers' indexing
+        (attentions[i] for layer i, from 0 or from the end; hidden_states[0] is the embedding output,
+        hidden_states[-1] the final normalised state), `final_layers` 1-based."""
+        import torch
+
+        rows = tokens.shape[0]
+        if self.static:
+            out = self._static_step(prefix, slots, tokens, positions, attention_layer, hidden_index,
+                                    tuple(final_layers), final_source)
+        else:
+            write = torch.tensor(slots.lengths[:rows], dtype=torch.long, device=self.device)
+            if window is None:
+                window = max(slots.lengths[:rows]) + 1
+            out = self._step(prefix.keys if prefix.length else None, prefix.values if prefix.length else None,
+                             None, slots, tokens, positions, write, window, attention_layer, hidden_index,
+                             final_layers, final_source)
+        for row in range(rows):
+            slots.lengths[row] += 1
+        return out
+
+    def _static_step(self, prefix, slots, tokens, positions, attention_layer, hidden_index, final_layers,
+                     final_source) -> StepOutput:
+        """One step padded to a power-of-two number of rows over the whole static prefix and slots (the
+        padding rows write into free slots, which a prompt overwrites when it is admitted)."""
+        import torch
+
+        rows = tokens.shape[0]
+        bucket = min(_bucket(rows), len(slots.lengths))
+        write = torch.tensor(slots.lengths[:rows] + [slots.capacity - 1] * (bucket - rows), dtype=torch.long)
+        pad = torch.zeros(bucket - rows, dtype=torch.long, device=self.device)
+        inputs = (torch.cat([tokens, pad]), torch.cat([positions, pad]), write.to(self.device))
+        self._hold_prefix(prefix)
+        key = (bucket, attention_layer, hidden_index, final_layers, final_source)
+
+        def run(tokens, positions, write):
+            return self._step(self._prefix_keys, self._prefix_values, self._prefix_length, slots, tokens, positions,
+                              write, slots.capacity, attention_layer, hidden_index, final_layers, final_source)
+
+        out = self._replay(key, run, inputs) if self.cuda_graphs else run(*inputs)
+        capacity = self._prefix_keys[0].shape[1]
+        attention = out.attention
+        if attention is not None:  # [prefix | slot] columns as the dynamic path lays them out
+            attention = torch.cat([attention[:rows, :prefix.length], attention[:rows, capacity:]], dim=1)
+        return StepOutput(logits=out.logits[:rows].clone(), attention=attention,
+                          hidden=None if out.hidden is None else out.hidden[:rows].clone(),
+                          finals=None if out.finals is None else {k: v[:rows].clone() for k, v in out.finals.items()})
+
+    def _hold_prefix(self, prefix: PrefixKV) -> None:
+        """Copy `prefix` into the static prefix buffer (grown in steps of 256 positions) unless it is there."""
+        import torch
+
+        if prefix is self._prefix_source:
+            return
+        capacity = self._prefix_keys[0].shape[1] if self._prefix_keys else 0
+        if prefix.length > capacity or not self._prefix_keys:
+            capacity = max(-(-max(prefix.length, 1) // 256) * 256, capacity)
+            shape = (self.kv_heads, capacity, self.head_dim)
+            self._prefix_keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+            self._prefix_values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.layers]
+            self._prefix_length = torch.zeros(1, dtype=torch.long, device=self.device)
+            self._graphs.clear()
+        for target, source in ((self._prefix_keys, prefix.keys), (self._prefix_values, prefix.values)):
+            for layer, values in zip(target, source):
+                layer[:, :prefix.length] = values
+        self._prefix_length.fill_(prefix.length)
+        self._prefix_source = prefix
+
+    def _replay(self, key, run, inputs) -> StepOutput:
+        """Run the step of bucket `key` as its CUDA graph, capturing it on first use. Capturing runs the
+        step twice on a side stream first (the same inputs, so its cache writes are the ones replay
+        makes), then records it; the static inputs are refilled before each replay."""
+        import torch
+
+        held = self._graphs.get(key)
+        if held is None:
+            static = tuple(t.clone() for t in inputs)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    run(*static)
+            torch.cuda.current_stream().wait_stream(stream)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                output = run(*static)
+            held = self._graphs[key] = (graph, static, output)
+        graph, static, output = held
+        for target, source in zip(static, inputs):
+            target.copy_(source)
+        graph.replay()
+        return output
+
+    def _step(self, prefix_keys, prefix_values, prefix_length, slots, tokens, positions, write, window,
+              attention_layer, hidden_index, final_layers, final_source) -> StepOutput:
+        """The step itself, on tensors only (no host synchronisation: what a CUDA graph records).
+        `prefix_length` (a [1] tensor) masks a static prefix buffer's unused tail; None: all of it is used."""
+        import torch
+
+        rows = tokens.shape[0]
+        valid = torch.arange(window, device=self.device)[None, :] <= write[:, None]  # [rows, window]
+        prefix_valid = None
+        if prefix_length is not None:
+            prefix_valid = torch.arange(prefix_keys[0].shape[1], device=self.device) < prefix_length
+        layers = self.num_layers
+        attention_layer = None if attention_layer is None else attention_layer % layers
+        hidden_index = None if hidden_index is None else hidden_index % (layers + 1)
+        residual = {i for i in final_layers} if final_source == "residual" else set()
+        mlp = set(final_layers) - residual
+        hidden = self.embed(tokens[:, None])
+        cos, sin = self.rotary(hidden, positions[:, None])
+        out = StepOutput(logits=None, finals={} if final_layers else None)
+        if hidden_index == 0:
+            out.hidden = hidden[:, 0].float()
+        order = torch.arange(rows, device=self.device)
+        for index, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, layer.input_layernorm(hidden), cos, sin)
+            own_k, own_v = slots.keys[index], slots.values[index]
+            own_k[order, :, write] = k[:, :, 0]
+            own_v[order, :, write] = v[:, :, 0]
+            attended, probs = cascade_attention(
+                q, None if prefix_keys is None else prefix_keys[index],
+                None if prefix_values is None else prefix_values[index],
+                own_k[:rows, :, :window], own_v[:rows, :, :window], valid, self.scaling, index == attention_layer,
+                prefix_valid)
+            if probs is not None:
+                out.attention = probs.float().mean(dim=(1, 2))
+            hidden, mlp_out = self._rest_of_layer(layer, hidden, attended)
+            if index + 1 in mlp:
+                out.finals[index + 1] = mlp_out[:, -1].float()
+            if index + 1 < layers:
+                if index + 1 in residual:
+                    out.finals[index + 1] = hidden[:, -1].float()
+                if hidden_index == index + 1:
+                    out.hidden = hidden[:, -1].float()
+        last = self.norm(hidden[:, -1])
+        if layers in residual:
+            out.finals[layers] = last.float()
+        if hidden_index == layers:
+            out.hidden = last.float()
+        out.logits = self._logits(last)
+        return out
+
+    # ---- pieces of a layer ----------------------------------------------------------------------------
+
+    def _qkv(self, layer, normed, cos, sin):
+        """Queries [b, heads, n, d], keys and values [b, kv heads, n, d] of a normalised input [b, n, hidden]."""
+        attention = layer.self_attn
+        b, n, _ = normed.shape
+        q = self.linear(attention.q_proj, normed).view(b, n, -1, self.head_dim)
+        k = self.linear(attention.k_proj, normed).view(b, n, -1, self.head_dim)
+        v = self.linear(attention.v_proj, normed).view(b, n, -1, self.head_dim).transpose(1, 2)
+        if hasattr(attention, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
+            q, k = attention.q_norm(q), attention.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        cos, sin = cos[:, None], sin[:, None]
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def _rest_of_layer(self, layer, hidden, attended):
+        """Output projection and residual, then the MLP block; (the layer's output, the MLP's output)."""
+        b, heads, n, d = attended.shape
+        hidden = hidden + self.linear(layer.self_attn.o_proj, attended.transpose(1, 2).reshape(b, n, heads * d))
+        mlp, normed = layer.mlp, layer.post_attention_layernorm(hidden)
+        mlp_out = self.linear(mlp.down_proj, mlp.act_fn(self.linear(mlp.gate_proj, normed))
+                              * self.linear(mlp.up_proj, normed))
+        return hidden + mlp_out, mlp_out
+
+    def linear(self, module, x):
+        """`module(x)` for a linear layer, through its packed weight where there is one (not while
+        gradients are recorded: the packed kernel has no backward)."""
+        import torch
+
+        packed = self.packed.get(module)
+        if packed is None or torch.is_grad_enabled():
+            return module(x)
+        return torch.ops.mkldnn._linear_pointwise(x, packed[0], packed[1], "none", [], "")
+
+    def _logits(self, normed):
+        return self.linear(self.head, normed).float()
+
+
+def packed_linears(model, rows_hint: int) -> dict:
+    """Every linear layer of `model` (a float32 or bfloat16 model on the CPU) with its weight packed for
+    oneDNN's inner product, {module: (packed weight, bias)}; {} where the kernel is unavailable or its
+    output differs from `torch.nn.functional.linear` on a probe by more than rounding."""
+    import torch
+
+    parameter = next(model.parameters())
+    if parameter.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
+        return {}
+    ops = torch.ops.mkldnn
+    try:
+        probe = torch.nn.Linear(64, 48, dtype=parameter.dtype)
+        x = torch.randn(3, 5, 64, dtype=parameter.dtype)
+        with torch.inference_mode():
+            packed = ops._reorder_linear_weight(probe.weight, rows_hint)
+            got = ops._linear_pointwise(x, packed, probe.bias, "none", [], "")
+            expected = torch.nn.functional.linear(x, probe.weight, probe.bias)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return {}
+    tolerance = 1e-4 if parameter.dtype == torch.float32 else 5e-2
+    if got.shape != expected.shape or not torch.allclose(got.float(), expected.float(), atol=tolerance, rtol=tolerance):
+        return {}
+    with torch.inference_mode():
+        return {module: (ops._reorder_linear_weight(module.weight, rows_hint), module.bias)
+                for module in model.modules() if isinstance(module, torch.nn.Linear)}
+
+
+def cascade_attention(q, prefix_k, prefix_v, own_k, own_v, valid, scaling: float, keep_probs: bool,
+                      prefix_valid=None):
+    """Attention of one query per row over a shared prefix and the row's own positions.
+
+    q: [rows, heads, 1, d]; prefix_k/v: [kv heads, P, d] shared by every row (or None); own_k/v:
+    [rows, kv heads, W, d]; valid: [rows, W] bool; prefix_valid: [P] bool, or None when every prefix
+    position counts. Grouped-query heads are read in place (the g query
+    heads of a kv head form a [g, d] block), and the prefix enters as one product for all rows. Scores
+    are scaled as transformers' eager kernel scales them and normalised in float32 over prefix and own
+    positions together. Returns ([rows, heads, 1, d], probabilities [rows, kv heads, g, P + W] in the
+    query's dtype when `keep_probs`)."""
+    import torch
+
+    rows, heads, _, d = q.shape
+    kv_heads = own_k.shape[1]
+    group = heads // kv_heads
+    grouped = q.view(rows, kv_heads, group, d)
+    scores = torch.matmul(grouped, own_k.transpose(-1, -2)) * scaling  # [rows, kv, g, W]
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    prefix = 0 if prefix_k is None else prefix_k.shape[1]
+    if prefix:
+        flat = grouped.permute(1, 0, 2, 3).reshape(kv_heads, rows * group, d)
+        shared = (torch.matmul(flat, prefix_k.transpose(-1, -2)) * scaling).view(kv_heads, rows, group, prefix)
+        if prefix_valid is not None:
+            shared = shared.masked_fill(~prefix_valid, float("-inf"))
+        scores = torch.cat([shared.permute(1, 0, 2, 3), scores], dim=-1)
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.matmul(probs[..., prefix:], own_v)
+    if prefix:
+        weights = probs[..., :prefix].permute(1, 0, 2, 3).reshape(kv_heads, rows * group, prefix)
+        out = out + torch.matmul(weights, prefix_v).view(kv_heads, rows, group, d).permute(1, 0, 2, 3)
+    return out.reshape(rows, heads, 1, d), (probs if keep_probs else None)
+
+
+def _bucket(rows: int) -> int:
+    """The power of two a step of `rows` rows is padded to in static mode."""
+    return 1 << max(rows - 1, 0).bit_length()
+
+
+def _rotate_half(x):
+    import torch
+
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

@@ -1,0 +1,124 @@
+"""One generated row's bookkeeping, shared by both attention paths of the white-box backend.
+
+Both paths (`hf.HFModel`'s eager lockstep loop and `continuous.run_continuous` over the fast decoder)
+choose tokens the same way and decide the same way when a row stops and what it is fed next, so their
+outputs differ only where their floating-point sums do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .base import Continuation, Extras, SamplingParams, cut_at_stop
+
+
+@dataclass
+class Chosen:
+    """The token chosen for each active row, with the per-token facts asked for (Python lists)."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    entropies: list[float] | None
+    logsumexp: list[float] | None
+
+
+def choose(logits, extras: Extras, generators=None, params: SamplingParams | None = None) -> Chosen:
+    """Greedy (argmax) or seeded sampling over [rows, vocab] logits; log-probability of each chosen token,
+    and on request each distribution's entropy and the raw logits' logsumexp."""
+    import torch
+
+    logits = logits.float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    chosen = logprobs.argmax(dim=-1) if generators is None else sample_rows(logits, generators, params)
+    entropy = -(logprobs.exp() * logprobs).sum(-1) if extras.entropy else None
+    lse = torch.logsumexp(logits, dim=-1) if extras.logsumexp else None
+    return Chosen(chosen.tolist(), logprobs.gather(-1, chosen[:, None])[:, 0].tolist(),
+                  entropy.tolist() if entropy is not None else None, lse.tolist() if lse is not None else None)
+
+
+def sample_rows(logits, generators, params: SamplingParams):
+    """One token per row from the temperature/top-k/top-p filtered distribution, each row with its own
+    generator, so continuation j depends only on its seed (seed + j), not on its batch neighbours."""
+    import torch
+
+    scaled = logits / max(params.temperature, 1e-6)
+    if params.top_k:
+        kth = torch.topk(scaled, min(params.top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if params.top_p is not None and params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > params.top_p
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    probs = probs / probs.sum(-1, keepdim=True)
+    cumulative = probs.cumsum(-1)
+    draws = torch.stack([torch.rand((), generator=g) for g in generators]).to(cumulative.device)
+    return torch.searchsorted(cumulative, draws[:, None]).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+class RowState:
+    """What one prompt's generation has produced so far."""
+
+    def __init__(self, prompt_len: int):
+        self.prompt_len = prompt_len
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.entropies: list[float] = []
+        self.attentions: list[np.ndarray] = []
+        self.hidden: list[np.ndarray] = []
+        self.logsumexp: list[float] = []
+        self.final: np.ndarray | None = None
+        self.finish: str | None = None
+
+    def take(self, chosen: Chosen, i: int, model, stop: Sequence[str], max_new_tokens: int,
+             want_rows: bool, final_layers: Sequence[int]) -> tuple[int, int] | None:
+        """Record row i of `chosen`; return (token to feed, its position), or None when the row leaves.
+
+        A row is fed its token to get the next logits, and once more after it finished when the caller
+        wants that token's own attention row or hidden state (`want_rows`) or the final state: then a
+        finished continuation's last token is replaced by EOS, and an EOS the model chose itself is fed
+        as it is, at the next position (SeaKR's reference reads the state there)."""
+        token = chosen.tokens[i]
+        if token in model.eos_ids:
+            self.finish = "eos"
+            return (token, self.prompt_len + len(self.ids)) if final_layers else None
+        self.ids.append(token)
+        self.logprobs.append(chosen.logprobs[i])
+        if chosen.entropies is not None:
+            self.entropies.append(chosen.entropies[i])
+        if chosen.logsumexp is not None:
+            self.logsumexp.append(chosen.logsumexp[i])
+        if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)[1]:
+            self.finish = "stop"
+        elif len(self.ids) >= max_new_tokens:
+            self.finish = "length"
+        if self.finish is None or want_rows or final_layers:
+            fed = model.final_eos_id if self.finish and final_layers else token
+            return fed, self.prompt_len + len(self.ids) - 1
+        return None
+
+    def result(self, model, stop: Sequence[str], extras: Extras) -> Continuation:
+        texts = model.token_texts(self.ids)
+        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)
+        # Keep every token that contributes a character to `text` (the last may run into the stop string).
+        keep, length = 0, 0
+        while keep < len(texts) and length < len(text):
+            length += len(texts[keep])
+            keep += 1
+        if not text:
+            keep = 0 if self.finish == "stop" else len(texts)
+        return Continuation(
+            text=text, tokens=texts[:keep], logprobs=self.logprobs[:keep], finish_reason=self.finish or "length",
+            prompt_tokens=self.prompt_len, token_ids=self.ids[:keep],
+            entropies=self.entropies[:keep] if extras.entropy else None,
+            attentions=self.attentions[:keep] if extras.attention_layer is not None else None,
+            hidden=(np.stack(self.hidden[:keep]) if keep else
+                    np.zeros((0, model.model.config.hidden_size), dtype=np.float32))
+            if extras.hidden_layer is not None else None,
+            final_hidden=self.final if extras.final_layers else None,
+            logsumexp=self.logsumexp[:keep] if extras.logsumexp else None,
+        )
