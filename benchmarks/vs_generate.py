@@ -24,6 +24,7 @@ Usage: python benchmarks/vs_generate.py [--method wo-rag|sr-rag] [--questions 32
                                         [--threads 2] [--model-dir DIR] [--device cpu|cuda]
                                         [--dtype float32|bfloat16|float16] [--random-init llama-2-7b]
                                         [--attention fast|eager] [--cuda-graphs] [--max-new-tokens 100]
+                                        [--extras none|dragin]
 """
 
 from __future__ import annotations
@@ -58,12 +59,16 @@ def kept_tokens(tokenizer, ids: list[int], stop) -> list[int]:
 
 
 def run_engine(args, prompts, stop):
+    from adaptive_rag.lm.base import Extras
+
+    # DRAGIN's per-token reads: the entropy of every next-token distribution and the last layer's attention row
+    extras = Extras(entropy=True, attention_layer=-1) if args.extras == "dragin" else Extras()
     lm = engine(args, args.batch_size)
     # untimed: loads kernels, encodes the shared few-shot prefix once and (CUDA graphs) captures each bucket
-    lm.generate(prompts[:args.batch_size], 2, stop)
+    lm.generate(prompts[:args.batch_size], 2, stop, extras)
     lm.forward_tokens = 0
     start = _sync_clock(lm.torch, args.device)
-    results = lm.generate(prompts, args.max_new_tokens, stop)
+    results = lm.generate(prompts, args.max_new_tokens, stop, extras)
     seconds = _sync_clock(lm.torch, args.device) - start
     return lm.torch, seconds, [r.token_ids for r in results], lm.forward_tokens, lm.model
 
@@ -134,6 +139,9 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-new-tokens", type=int, default=100)
+    parser.add_argument("--extras", choices=("none", "dragin"), default="none",
+                        help="what the engine returns per token besides log-probabilities (dragin: entropies and "
+                             "the last layer's attention rows); transformers generate returns none")
     add_model_arguments(parser)
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
@@ -145,7 +153,7 @@ def main() -> None:
     def measure(mode: str, batch_size: int) -> dict:
         command = [sys.executable, __file__, "--child", mode, "--batch-size", str(batch_size), "--method",
                    args.method, "--questions", str(args.questions), "--max-new-tokens", str(args.max_new_tokens),
-                   *model_argv(args)]
+                   "--extras", args.extras, *model_argv(args)]
         out = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         if out.returncode:
             sys.exit(f"error: {mode} at batch {batch_size} failed:\n{out.stderr[-3000:]}")
@@ -157,7 +165,8 @@ def main() -> None:
     first = runs[("engine", args.batch_sizes[0])]
     print(f"\n{args.questions} demo questions ({args.method} prompts, chat format), {model_name(args)} {args.dtype} "
           f"on {args.device}{'' if gpu else f', {args.threads} threads'}, greedy, at most {args.max_new_tokens} new "
-          f"tokens; engine attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}; a decode "
+          f"tokens; engine attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}"
+          f"{', with entropies and last-layer attention rows (DRAGIN)' if args.extras == 'dragin' else ''}; a decode "
           f"step reads {first['weight_bytes'] / 1e9:.2f} GB of weights, measured copy bandwidth "
           f"{first['bandwidth'] / 1e9:.1f} GB/s: at most {first['bandwidth'] / first['weight_bytes']:.1f} "
           f"steps/s\n")

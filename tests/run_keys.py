@@ -6,7 +6,10 @@ prompt templates and loop rules existed (`PYTHONPATH=<old src> python tests/run_
 commit e906238), so a test can prove that runs built then keep their key: Snakemake reruns none of
 them and every call they made is still asked for with the same prompt. `demo.json` was captured again
 after a params change (SUGAR's single-hop tables moved to `demo-single-small`, whose `sugar` preset
-changes the `sugar` key); the code was the same, and the other five profiles kept every key.
+changes the `sugar` key); the code was the same, and the other five profiles kept every key. All six
+were captured again when the engine's attention path (`model.attention`) and `generation.chunk_size`
+entered every run's key: a deliberate change of every key (results now come from another kernel and
+another batching), after which the test again holds that no code change moves a key.
 """
 
 from __future__ import annotations
