@@ -19,12 +19,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def job(tiny_model_dir, tmp_path_factory):
-    """A workflow copy with a split of 12 demo questions and the tiny model; returns a command builder."""
+    """A workflow copy with a split of 12 demo questions and the tiny model (resumed in chunks of 2
+    questions); returns a command builder."""
     root = copy_workflow(tmp_path_factory.mktemp("runner"))
 
     def edit(data):
         data["model"].update(name="tiny", source=str(tiny_model_dir))
-        data["generation"].update(max_new_tokens=24, threads=1, batch_size=2, cache=None)
+        data["generation"].update(max_new_tokens=24, threads=1, batch_size=2, chunk_size=2, cache=None)
         data["datasets"]["demo"]["sample"]["size"] = 12
 
     edit_params(root, edit)
@@ -69,7 +70,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(job):
     assert "12 questions" in result.stdout
 
 
-@pytest.mark.parametrize("setting, value", [("batch_size", 4), ("max_new_tokens", 12)])
+@pytest.mark.parametrize("setting, value", [("batch_size", 4), ("chunk_size", 3), ("max_new_tokens", 12)])
 def test_a_resume_after_a_settings_change_is_never_mixed(job, setting, value):
     """Killed with one setting, rerun with another: the rerun equals an uninterrupted run with the new
     setting (the old batches are discarded, and provenance says how many), never a mix of the two."""

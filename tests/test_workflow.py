@@ -259,7 +259,7 @@ def test_a_killed_snakemake_reruns_after_unlock_and_resumes_to_the_same_result(t
     for name in ("straight", "killed"):
         roots[name] = copy_workflow(tmp_path / name)
         edit_params(roots[name], tiny_params(tiny_llama_dir))
-        edit_params(roots[name], lambda d: d["generation"].update(batch_size=1, max_new_tokens=24))
+        edit_params(roots[name], lambda d: d["generation"].update(batch_size=1, chunk_size=1, max_new_tokens=24))
     snakemake(roots["straight"], target)
 
     root = roots["killed"]

@@ -700,6 +700,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--attention", default="fast", choices=("fast", "eager"),
+                        help="the engine's attention path, as model.attention (default: %(default)s; eager runs any "
+                             "causal LM)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--served-name", default=None, help="the model name clients ask for "
@@ -722,7 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         model = HFModel(args.model_dir, dtype=args.dtype, device=args.device, threads=args.threads,
-                        batch_size=args.batch_size)
+                        batch_size=args.batch_size, attention=args.attention)
     except AdaptiveRagError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
