@@ -346,3 +346,19 @@ def run_method(cls, params, script, max_new_tokens=50, question=SCRIPTED_QUESTIO
     """One question through a method class (see `run_batch`); returns (answer, lm, retriever)."""
     [answer], lm, retriever = run_batch(cls, params, script, [question], max_new_tokens)
     return answer, lm, retriever
+
+
+def tiny_detectors(tmp_path, model: str, width: int):
+    """An early and a real-time detector trained in seconds on random data for `model` (their files)."""
+    from adaptive_rag.methods.parts.detectors import (EarlyArchitecture, RealtimeArchitecture, Training,
+                                                      train_early, train_realtime)
+
+    rng = np.random.default_rng(0)
+    sequences = [(lambda v: v / v.sum())(rng.random(int(n))) for n in rng.integers(3, 9, size=20)]
+    early = train_early(sequences, [i % 2 for i in range(20)], model=model,
+                        architecture=EarlyArchitecture(hidden=8, layers=1), training=Training(epochs=2, lr=1e-3))
+    features = rng.normal(size=(40, width)).astype(np.float32)
+    realtime = train_realtime(features, [(i // 4) % 2 for i in range(40)], [i // 4 for i in range(40)], model=model,
+                              architecture=RealtimeArchitecture(sizes=(8,)), training=Training(epochs=2, lr=1e-3))
+    return {"early_detector": early.save(tmp_path / "early.safetensors"),
+            "realtime_detector": realtime.save(tmp_path / "realtime.safetensors")}

@@ -27,11 +27,10 @@ from .data.datasets import Example
 from .errors import InputError
 from .io import atomic_write, read_jsonl, write_json
 from .lm.base import Extras, SamplingParams
-from .methods.base import Context, Method
+from .methods.base import Method
 from .methods.parts.calibrated import score_answers
 from .methods.registry import method_class, method_types
-from .prompts.fewshot import load_exemplars
-from .prompts.template import load_template
+from .runner import method_context
 
 
 def calibrating_types() -> list[str]:
@@ -59,15 +58,9 @@ def build(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
         kind = params.retriever_kind(dataset, method)
         retriever = open_retriever(kind, index_dir or Path(params.index_dir(kind)), params.retrieval.k1,
                                    params.retrieval.b)
-    ds = params.dataset(dataset)
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     lm = build_model(params, model_dir, 0)
-    context = Context(lm=lm, exemplars=load_exemplars(ds.exemplars, ds.num_exemplars),
-                      prompt_format=params.model.prompt_format,
-                      max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever,
-                      answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                      query_max_words=params.retrieval.query_max_words, template=load_template(ds.template))
-    return cls(settings, context), examples, params.generation.chunk_size
+    return cls(settings, method_context(params, dataset, lm, retriever)), examples, params.generation.chunk_size
 
 
 def _batches(examples: list, size: int):

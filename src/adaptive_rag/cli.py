@@ -210,6 +210,21 @@ def cmd_generate(args) -> None:
               f"{record['wall_time_s']} s -> {args.out_dir}")
 
 
+def cmd_ask(args) -> None:
+    """One method on one question, as a generation run answers it, shown step by step."""
+    from .ask import ask
+
+    asked = ask(_params(args), args.question, args.method, args.dataset)
+    if args.json:
+        from .io import dumps_line
+
+        print(dumps_line(asked.trace), end="")
+        return
+    from .reports.steps import render
+
+    print(render(asked), end="")
+
+
 def cmd_score(args) -> None:
     from .evaluation.score import score_run
     from .io import write_json
@@ -471,6 +486,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, required=True)
     p.add_argument("--model-dir", help="the materialised model (backend hf)")
     p.add_argument("--index", help="index directory (methods that retrieve)")
+    p = step("ask", cmd_ask, "run one method on one question with the built model and index and print what it "
+                             "did step by step: generations, the trigger's scores (flagged ones marked), queries, "
+                             "passages, the answer and the counters")
+    p.add_argument("question", help="the question, quoted")
+    p.add_argument("--method", required=True, help="a method of params.yaml's methods: (its name, e.g. dragin)")
+    p.add_argument("--dataset", help="whose exemplars, template and token budget to use (default: the experiment's "
+                                     "first dataset)")
+    p.add_argument("--params", default=argparse.SUPPRESS, help="the configuration file (default: params.yaml; "
+                                                                "also accepted before `ask`)")
+    p.add_argument("--json", action="store_true", help="print the question's trace record (a trace.jsonl line) "
+                                                       "instead of the steps")
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
     for flag in ("--dataset", "--method", "--run-dir", "--out"):
         p.add_argument(flag, required=True)

@@ -22,6 +22,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
@@ -33,11 +34,15 @@ from .evaluation.answer import predicted
 from .io import read_jsonl, write_json, write_jsonl
 from .lm.factory import build_model
 from .methods.registry import method_class
-from .methods.base import Context
+from .methods.base import Context, Method
 from .progress import ProgressLog, code_digest, digest, file_digest
 from .prompts.fewshot import load_exemplars, resolve_exemplars
 from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
 from .retrieval.factory import open_retriever
+
+if TYPE_CHECKING:
+    from .lm.base import LanguageModel
+    from .retrieval import Retriever
 
 
 def process_rank() -> tuple[int, int, int]:
@@ -51,26 +56,14 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     started, start = provenance.now(), time.perf_counter()
     rank, world, local_rank = process_rank()
     ds, mcfg = params.dataset(dataset), params.method(method)
-    cls = method_class(mcfg.type)
     settings = mcfg.settings_for(dataset)
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
-    exemplars = load_exemplars(ds.exemplars, ds.num_exemplars)
-    template = load_template(ds.template)
     size = params.generation.chunk_size  # questions a method advances together; the unit of resume
     batches = [examples[i:i + size] for i in range(0, len(examples), size)]
     batch_ids = [[e.id for e in batch] for batch in batches]
 
-    retriever = None
-    if cls.needs_retriever:
-        if index_dir is None:
-            raise InputError(f"method {method!r} retrieves but no index was given (--index)")
-        retriever = open_retriever(params.retriever_kind(dataset, method), index_dir, params.retrieval.k1,
-                                   params.retrieval.b)
-    declared = {name: Path(path) for name, path in cls.inputs(settings, dataset, method).items()}
-    for name, path in declared.items():
-        if not path.is_file():
-            raise InputError(f"{path}: missing; methods.{method} reads it as its {name} "
-                             f"(snakemake --cores all {path} makes it)")
+    retriever = open_method_retriever(params, dataset, method, index_dir)
+    declared = method_inputs(params, dataset, method)
     inputs = {"settings": digest(params.run_settings(dataset, method)), "split": file_digest(split),
               **{f"input:{name}": file_digest(path) for name, path in declared.items()},
               "exemplars": file_digest(resolve_exemplars(ds.exemplars)),
@@ -81,21 +74,13 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
         done = progress.finished(batch_ids)
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
         lm = build_model(params, model_dir, local_rank) if mine else None
-        if lm is not None:
-            from .lm.base import require
-
-            require(lm.capabilities, cls.needs_for(settings), f"method {method!r}", params.model.backend)
-        runner = cls(settings, Context(lm=lm, exemplars=exemplars, prompt_format=params.model.prompt_format,
-                                        max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens,
-                                        retriever=retriever,
-                                        answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                                        query_max_words=params.retrieval.query_max_words, inputs=declared,
-                                        template=template))
+        runner = build_method(params, dataset, method, lm, retriever, declared)
         with tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
                   unit=" q", disable=not progress_bar or rank != 0) as bar:
             for b in mine:
                 answers = runner.answer_batch(batches[b])
-                progress.append(b, [_record(example, answer) for example, answer in zip(batches[b], answers)])
+                progress.append(b, [question_record(example, answer)
+                                    for example, answer in zip(batches[b], answers)])
                 bar.update(len(answers))
 
         if world > 1:
@@ -110,7 +95,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
             raise RuntimeError(f"{out_dir}: batches {missing[:5]} were not produced by any process")
         records = [r for b in range(len(batches)) for r in done[b]]
 
-        stats = lm.cache.stats() if lm is not None and hasattr(lm, "cache") else None
+        stats = cache_stats(lm)
         record = {
             "dataset": dataset, "method": method, "method_type": mcfg.type, "questions": len(examples),
             "started": started, "finished": provenance.now(), "wall_time_s": round(time.perf_counter() - start, 2),
@@ -131,6 +116,61 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
         write_jsonl(out_dir / "predictions.jsonl", (r["prediction"] for r in records))
     shutil.rmtree(progress.directory, ignore_errors=True)
     return record
+
+
+def open_method_retriever(params: Params, dataset: str, method: str, index_dir: Path | None) -> "Retriever | None":
+    """The index a configuration searches (`Params.retriever_kind`), opened; None for a method that
+    does not retrieve."""
+    if not method_class(params.method(method).type).needs_retriever:
+        return None
+    if index_dir is None:
+        raise InputError(f"method {method!r} retrieves but no index was given (--index)")
+    return open_retriever(params.retriever_kind(dataset, method), index_dir, params.retrieval.k1, params.retrieval.b)
+
+
+def method_inputs(params: Params, dataset: str, method: str) -> dict[str, Path]:
+    """The files a configuration declares (`Method.inputs`: a calibration, detectors), each checked to
+    exist: a missing one is refused naming the Snakemake target that makes it."""
+    mcfg = params.method(method)
+    cls = method_class(mcfg.type)
+    declared = {name: Path(path) for name, path in cls.inputs(mcfg.settings_for(dataset), dataset, method).items()}
+    for name, path in declared.items():
+        if not path.is_file():
+            raise InputError(f"{path}: missing; methods.{method} reads it as its {name} "
+                             f"(snakemake --cores all {path} makes it)")
+    return declared
+
+
+def method_context(params: Params, dataset: str, lm: "LanguageModel | None", retriever: "Retriever | None" = None,
+                   inputs: dict[str, Path] | None = None) -> Context:
+    """What a method of a run on `dataset` is given: the dataset's exemplars, template and token budget,
+    the model's prompt format, the generation and retrieval settings every method shares."""
+    ds = params.dataset(dataset)
+    return Context(lm=lm, exemplars=load_exemplars(ds.exemplars, ds.num_exemplars),
+                   prompt_format=params.model.prompt_format,
+                   max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever,
+                   answer_fallback_tokens=params.generation.answer_fallback_tokens,
+                   query_max_words=params.retrieval.query_max_words, inputs=inputs or {},
+                   template=load_template(ds.template))
+
+
+def build_method(params: Params, dataset: str, method: str, lm: "LanguageModel | None",
+                 retriever: "Retriever | None", inputs: dict[str, Path]) -> Method:
+    """The configured method for `dataset`, as every generation runs it (`generate`, `ask`): the model's
+    capabilities checked against what the settings need (no model: a resumed run with nothing left)."""
+    mcfg = params.method(method)
+    cls = method_class(mcfg.type)
+    settings = mcfg.settings_for(dataset)
+    if lm is not None:
+        from .lm.base import require
+
+        require(lm.capabilities, cls.needs_for(settings), f"method {method!r}", params.model.backend)
+    return cls(settings, method_context(params, dataset, lm, retriever, inputs))
+
+
+def cache_stats(lm: "LanguageModel | None") -> dict | None:
+    """The call cache's hits and misses so far (None: no model, or no cache configured)."""
+    return lm.cache.stats() if lm is not None and hasattr(lm, "cache") else None
 
 
 def _model_files(params: Params, model_dir: Path | None) -> dict | None:
@@ -154,7 +194,8 @@ def _model_identity(params: Params, model_dir: Path | None) -> dict | None:
     return {"backend": params.model.backend, "model": params.model.api.model if params.model.api else None}
 
 
-def _record(example: Example, answer) -> dict:
+def question_record(example: Example, answer) -> dict:
+    """One question's line of predictions.jsonl and of trace.jsonl (`ask` shows the same two)."""
     prediction, found = predicted(answer.output, answer.direct)
     counters = answer.counters()
     record = {

@@ -28,7 +28,7 @@ from adaptive_rag.methods.parts.lookahead import LookAhead
 from adaptive_rag.methods.parts.text import Entity
 
 from conftest import (PIOC, PIOC_ENTROPIES, REPO, SCRIPTED_EXEMPLARS, SCRIPTED_QUESTION, RecordingRetriever, cont,
-                      pioc, settings_of)
+                      pioc, settings_of, tiny_detectors)
 
 
 def read(params: dict) -> dict:
@@ -472,22 +472,6 @@ def test_corpus_tfidf_needs_an_index_with_document_frequencies():
 
 
 # ---- real detectors, the tiny Llama, a real BM25 index ----------------------------------------------------
-
-def tiny_detectors(tmp_path, model: str, width: int):
-    """An early and a real-time detector trained in seconds on random data for `model` (their files)."""
-    from adaptive_rag.methods.parts.detectors import (EarlyArchitecture, RealtimeArchitecture, Training,
-                                                      train_early, train_realtime)
-
-    rng = np.random.default_rng(0)
-    sequences = [(lambda v: v / v.sum())(rng.random(int(n))) for n in rng.integers(3, 9, size=20)]
-    early = train_early(sequences, [i % 2 for i in range(20)], model=model,
-                        architecture=EarlyArchitecture(hidden=8, layers=1), training=Training(epochs=2, lr=1e-3))
-    features = rng.normal(size=(40, width)).astype(np.float32)
-    realtime = train_realtime(features, [(i // 4) % 2 for i in range(40)], [i // 4 for i in range(40)], model=model,
-                              architecture=RealtimeArchitecture(sizes=(8,)), training=Training(epochs=2, lr=1e-3))
-    return {"early_detector": early.save(tmp_path / "early.safetensors"),
-            "realtime_detector": realtime.save(tmp_path / "realtime.safetensors")}
-
 
 def test_trained_detector_files_load_for_their_model_only(tmp_path):
     files = tiny_detectors(tmp_path, "scripted", 2)

@@ -19,7 +19,7 @@ from adaptive_rag.methods.sugar import BRANCHES, Sugar, route
 from adaptive_rag.prompts.fewshot import (QA_INSTRUCTION, QA_STOP_STRINGS, STOP_STRINGS, Exemplar, build_prompt,
                                           build_qa_prompt)
 from adaptive_rag.retrieval import Hit
-from adaptive_rag.runner import _record
+from adaptive_rag.runner import question_record
 
 from conftest import REPO, SCRIPTED_EXEMPLARS, RecordingRetriever, ScriptedLM, cont, method_with, settings_of
 
@@ -312,7 +312,7 @@ def test_cot_style_clusters_the_answer_phrases_and_answers_with_the_cot_prompt()
     assert (call["max_new_tokens"], call["stop"]) == (50, STOP_STRINGS)  # the run's budget, CoT stops
     assert call["prompts"][0].text == build_prompt("raw", SCRIPTED_EXEMPLARS, Q_MULTI).text
     assert (answer.output, answer.direct) == ("So the answer is Lyon.", False)
-    assert _record(Example("q1", Q_MULTI, ["Lyon"], "span"), answer)["prediction"]["prediction"] == "Lyon"
+    assert question_record(Example("q1", Q_MULTI, ["Lyon"], "span"), answer)["prediction"]["prediction"] == "Lyon"
 
 
 # ---- settings -------------------------------------------------------------------------------------
@@ -457,12 +457,12 @@ EXAMPLE = Example("q1", Q_NONE, ["Paris"], "span")
     ("Paris.", "Paris", True), ("  Paris  ", "Paris", True), ("Washington, D.C.", "Washington, D.C.", True),
     ("the answer is Lyon", "the answer is Lyon", True), ("", "", False), (".", "", False)])
 def test_runner_takes_a_direct_answer_whole(output, prediction, found):
-    record = _record(EXAMPLE, Answer(output=output, prompt="p", direct=True))["prediction"]
+    record = question_record(EXAMPLE, Answer(output=output, prompt="p", direct=True))["prediction"]
     assert (record["prediction"], record["answer_found"], record["direct"]) == (prediction, found, True)
 
 
 def test_other_records_do_not_gain_the_direct_field():
-    record = _record(EXAMPLE, Answer(output="It is big. So the answer is Paris.", prompt="p"))
+    record = question_record(EXAMPLE, Answer(output="It is big. So the answer is Paris.", prompt="p"))
     assert (record["prediction"]["prediction"], record["prediction"]["answer_found"]) == ("Paris", True)
     assert "direct" not in record["prediction"] and "direct" not in record["trace"]
 

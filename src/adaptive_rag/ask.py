@@ -1,0 +1,120 @@
+"""`adaptive-rag ask`: one configured method on one question, and what it did on the way.
+
+Why it is built this way: trying a method on a question must show what a run of the workflow would
+do with it, not what a look-alike does. So nothing here implements a method or a prompt: the model,
+the index, the exemplars, the template and the method are built by the functions `generate` uses
+(`runner.build_method` and the rest), from the paths where the workflow builds them, and the question's
+record is the one a run writes (`runner.question_record`). The only addition is a searcher that keeps
+the passages it returned, so that their text can be shown beside the ids the trace holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import Params
+from .data.datasets import Example
+from .errors import InputError
+from .methods.registry import method_class
+from .prompts.fewshot import resolve_exemplars
+from .prompts.template import DEFAULT as DEFAULT_TEMPLATE
+from .runner import build_method, cache_stats, method_inputs, open_method_retriever, question_record
+
+if TYPE_CHECKING:
+    from .retrieval import Hit
+
+QUESTION_ID = "ask"  # the record's id: no split question has it, so no calibration split refuses it
+
+
+class KeptPassages:
+    """A searcher that keeps every passage it returned (by id); everything else is the wrapped one's."""
+
+    def __init__(self, retriever):
+        self.retriever = retriever
+        self.passages: dict[str, "Hit"] = {}
+
+    def search(self, query: str, k: int) -> list["Hit"]:
+        hits = self.retriever.search(query, k)
+        for hit in hits:
+            self.passages.setdefault(hit.id, hit)
+        return hits
+
+    def __getattr__(self, name: str) -> Any:  # identity(), a BM25 index's term statistics, ...
+        return getattr(self.retriever, name)
+
+
+@dataclass
+class Asked:
+    """One question answered: what was used, and the records a run would write for it."""
+
+    params: str
+    dataset: str
+    method: str
+    method_type: str
+    settings: dict
+    exemplars: str
+    template: str
+    model_dir: str | None
+    prompt_format: str
+    model: dict
+    index: dict | None
+    inputs: dict[str, str]
+    call_cache: dict | None
+    prediction: dict
+    trace: dict
+    passages: dict[str, dict] = field(default_factory=dict)  # id -> title, text of every passage searched
+
+
+def built_model_dir(params: Params) -> Path | None:
+    """The `model` step's directory (None for an API model); refused, naming its target, when not built."""
+    if params.model.backend != "hf":
+        return None
+    model_dir = Path(params.model_dir)
+    if not model_dir.is_dir():
+        raise InputError(f"{model_dir}: missing; model.name {params.model.name!r} is built there "
+                         f"(snakemake --cores all {model_dir} makes it)")
+    return model_dir
+
+
+def built_index_dir(params: Params, dataset: str, method: str) -> Path | None:
+    """The index the configuration searches (None: it does not retrieve); refused, naming its target,
+    when not built."""
+    if not method_class(params.method(method).type).needs_retriever:
+        return None
+    kind = params.retriever_kind(dataset, method)
+    index_dir = Path(params.index_dir(kind))
+    if not index_dir.is_dir():
+        raise InputError(f"{index_dir}: missing; methods.{method} searches the {kind} index "
+                         f"(snakemake --cores all {index_dir} makes it)")
+    return index_dir
+
+
+def ask(params: Params, question: str, method: str, dataset: str | None = None) -> Asked:
+    """Run `method` on `question` with `dataset`'s exemplars and template (default: the experiment's
+    first dataset), exactly as a generation run would answer it."""
+    from .lm.factory import build_model
+
+    if not question.strip():
+        raise InputError("the question is empty: pass it as the first argument, quoted")
+    dataset = dataset or params.experiment_datasets[0]
+    ds, mcfg = params.dataset(dataset), params.method(method)
+    model_dir = built_model_dir(params)
+    index_dir = built_index_dir(params, dataset, method)
+    inputs = method_inputs(params, dataset, method)
+    retriever = open_method_retriever(params, dataset, method, index_dir)
+    kept = KeptPassages(retriever) if retriever is not None else None
+    lm = build_model(params, model_dir, 0)
+    runner = build_method(params, dataset, method, lm, kept, inputs)
+    example = Example(id=QUESTION_ID, question=question.strip(), answers=[], answer_type="span")
+    record = question_record(example, runner.answer_batch([example])[0])
+    return Asked(params=params.source, dataset=dataset, method=method, method_type=mcfg.type,
+                 settings=runner.settings, exemplars=f"{resolve_exemplars(ds.exemplars)} ({ds.num_exemplars})",
+                 template=ds.template or DEFAULT_TEMPLATE,
+                 model_dir=str(model_dir) if model_dir is not None else None,
+                 prompt_format=params.model.prompt_format, model=lm.identity(),
+                 index=retriever.identity() if retriever is not None else None,
+                 inputs={name: str(path) for name, path in inputs.items()}, call_cache=cache_stats(lm),
+                 prediction=record["prediction"], trace=record["trace"],
+                 passages={h.id: {"title": h.title, "text": h.text} for h in (kept.passages.values() if kept else ())})
