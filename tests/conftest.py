@@ -82,6 +82,44 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+# Mistakes in params.yaml that once passed validation and broke a later step (argument parsing, a file
+# name too long, Snakemake's own rule-name error, a seed overflow, too few exemplars, a probability
+# above 1, an overwritten archive member): each is refused with one line naming the key, the same line
+# from `check-params` (tests/test_config.py) and from a Snakemake dry run (tests/test_workflow.py).
+ONE_VARIANT = {"datasets": ["demo"], "method": "sr-rag", "vary": {"top_k": [1]}}  # an ablation of one variant
+REFUSED_PARAMS = [
+    pytest.param(lambda d: d["methods"].update({"-dash": {"type": "sr-rag"}}),
+                 "methods.-dash: method names may use ASCII letters, digits, '-', '_' and '.' only, and may not "
+                 "start with '.' or '-'; got '-dash'", id="dash"),
+    pytest.param(lambda d: d["datasets"].update({"x" * 300: d["datasets"]["demo"]}),
+                 f"datasets.{'x' * 300}: the dataset name is 300 characters long; shorten it to at most 100, so that "
+                 "the file names made from it (logs/benchmarks/generate-<dataset>-<method>.tsv) stay under the "
+                 "255-byte limit of file systems", id="long-name"),
+    pytest.param(lambda d: d["ablations"].update({"ab-x": ONE_VARIANT, "ab_x": ONE_VARIANT}),
+                 "ablations.ab_x: ablation names 'ab-x' and 'ab_x' both make the Snakemake target ablation_ab_x ('-' "
+                 "and '.' become '_'); rename one of them", id="rule-clash"),
+    pytest.param(lambda d: d.update(seed=2**70),
+                 f"seed: expected a seed, an integer from 0 to 9223372036854775807 (2**63 - 1), got {2**70}",
+                 id="seed"),
+    pytest.param(lambda d: d["datasets"]["demo"].update(num_exemplars=1000),
+                 "datasets.demo.num_exemplars: is 1000, but data/demo/exemplars.json holds 8 exemplars; set it to 8 "
+                 "or fewer", id="num-exemplars"),
+    pytest.param(lambda d: d["methods"]["flare"].update(theta=1.5),
+                 "methods.flare.theta: expected a finite number between 0.0 and 1.0, got 1.5", id="theta"),
+    pytest.param(lambda d: d["methods"]["flare"].update(mask_theta=7),
+                 "methods.flare.mask_theta: expected a finite number between 0.0 and 1.0, got 7", id="mask-theta"),
+    pytest.param(lambda d: d.update(downloads={"b": {"url": "file:///x/b.zip",
+                                                     "extract": ["train/data.json", "dev/data.json"]}}),
+                 "downloads.b.extract: members 'train/data.json' and 'dev/data.json' would both be extracted to "
+                 "data/raw/b/data.json (members land under their base name, so the second would overwrite the "
+                 "first); extract one of them here and the other under a second `downloads:` entry with the same "
+                 "url", id="extract-clash"),
+    pytest.param(lambda d: d["datasets"]["demo"].update(path="/dev/zero"),
+                 "datasets.demo.path: /dev/zero is not a regular file (a character device); name a regular file",
+                 id="device"),
+]
+
+
 def write_params(path: Path, **overrides) -> Path:
     """params.yaml from the repository's own file with some sections replaced."""
     import yaml

@@ -7,7 +7,7 @@ import yaml
 
 from adaptive_rag.config import load_params, parse_params
 from adaptive_rag.errors import ConfigError
-from conftest import REPO
+from conftest import ONE_VARIANT, REFUSED_PARAMS, REPO
 
 
 @pytest.fixture
@@ -62,8 +62,37 @@ def test_repository_params_are_valid(base):
         (lambda d: d["report"].update(confidence=95), "report.confidence: expected a level between 0.5 and 1"),
         (lambda d: d["report"].update(confidence="high"), "report.confidence: expected a finite number"),
         (lambda d: d["report"].update(resamples=10), "report.resamples: expected an integer >= 100"),
-        (lambda d: d["report"].update(seed=1.5), "report.seed: expected an integer"),
+        (lambda d: d["report"].update(seed=1.5), "report.seed: expected a seed, an integer"),
         (lambda d: d["experiment"].update(baseline="seakr"), "experiment.baseline: names 'seakr', which is not among"),
+        # names that start like an option, too long for a file name, or two Snakemake targets in one (more in
+        # conftest.REFUSED_PARAMS, checked through check-params below)
+        (lambda d: d["datasets"].update({"-dash": d["datasets"]["demo"]}), "datasets.-dash: dataset names may use"),
+        (lambda d: d["methods"].update({"m" * 101: None}), "the method name is 101 characters long; shorten it to at most 100"),
+        (lambda d: d["ablations"].update({"ab.x": ONE_VARIANT, "ab_x": ONE_VARIANT}), "names 'ab.x' and 'ab_x' both make"),
+        (lambda d: d["ablations"].update({"a" * 100: {**ONE_VARIANT, "vary": {"top_k": [10**20]}}}),
+         f"ablations.{'a' * 100}.vary: the variant name '{'a' * 100}--{10**20}' is 123 characters long; shorten the "
+         f"ablation's name or the varied values to at most 120"),
+        (lambda d: d.update(downloads={"a-b": {"url": "file:///x"}, "a.b": {"url": "file:///y"}}),
+         "downloads.a.b: download names 'a-b' and 'a.b' both make the Snakemake target download_a_b"),
+        # an archive's members land under their base names: none may overwrite the archive, or name no file
+        (lambda d: d.update(downloads={"b": {"url": "file:///x/b.zip", "extract": ["inner/b.zip"]}}),
+         "downloads.b.extract: member 'inner/b.zip' would be extracted over the downloaded file data/raw/b/b.zip "
+         "itself (members land under their base name): if it is an archive, give the download another `filename:`; "
+         "if not, leave `extract` out to keep it as downloaded"),
+        (lambda d: d.update(downloads={"b": {"url": "file:///x/b.zip", "extract": ["dir/.."]}}),
+         "downloads.b.extract: member 'dir/..' names no file (its base name is '..')"),
+        # seeds: torch, numpy and an API server all take 0 <= seed <= 2**63 - 1
+        (lambda d: d.update(seed=-1), "seed: expected a seed, an integer from 0 to 9223372036854775807"),
+        (lambda d: d["datasets"]["demo"]["sample"].update(seed=2**64), "datasets.demo.sample.seed: expected a seed"),
+        (lambda d: d["report"].update(seed=-3), "report.seed: expected a seed"),
+        (lambda d: d["detectors"]["early"].update(seed=2**63), "detectors.early.seed: expected a seed"),
+        (lambda d: d["methods"]["seakr"].update(seed=2**63), "methods.seakr.seed: expected a seed"),
+        (lambda d: d["methods"]["sugar"].update(seed=True),  # named at its first per-dataset preset
+         "seed: expected a seed, an integer from 0 to 9223372036854775807 (2**63 - 1), got True"),
+        # FLARE's thresholds are probabilities (paper: p; dragin-code: the mean of 1 - p)
+        (lambda d: d["methods"]["flare-code"].update(theta=1.01), "methods.flare-code.theta: expected a finite number "
+                                                                  "between 0.0 and 1.0, got 1.01"),
+        (lambda d: d["methods"]["flare"].update(theta=-0.1), "methods.flare.theta: expected a finite number between"),
     ],
 )
 def test_invalid_params_name_the_key(base, mutate, message):
@@ -73,6 +102,17 @@ def test_invalid_params_name_the_key(base, mutate, message):
         parse_params(data, "params.yaml")
     assert message in str(err.value)
     assert str(err.value).startswith("params.yaml: ")
+
+
+def test_the_bounds_themselves_are_accepted(base):
+    base["seed"] = 2**63 - 1
+    base["datasets"]["demo"]["sample"]["seed"] = 0
+    base["methods"]["flare"].update(theta=1.0, mask_theta=0.0)
+    base["methods"]["flare-code"]["theta"] = 1
+    base["methods"]["m" * 100] = {"type": "sr-rag"}
+    params = parse_params(base)
+    assert params.seed == 2**63 - 1 and params.methods["flare"].settings["theta"] == 1.0
+    assert params.methods["flare-code"].settings["theta"] == 1.0 and "m" * 100 in params.methods
 
 
 def test_report_settings_and_the_experiment_baseline_have_defaults(base):
@@ -157,3 +197,65 @@ def test_check_params_exits_2_with_one_error_line(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert err == (f"error: {params}: corpus.passages: file not found: data/demo/gone.tsv; no `downloads:` entry "
                    f"produces it (and 1 more: detectors.realtime.passages)\n")
+
+
+@pytest.mark.parametrize("exemplars, count, message", [
+    ("data/demo/exemplars.json", 1000, "datasets.demo.num_exemplars: is 1000, but data/demo/exemplars.json holds 8 "
+                                       "exemplars; set it to 8 or fewer"),
+    ("builtin:hotpotqa", 9, "datasets.demo.num_exemplars: is 9, but builtin:hotpotqa holds 8 exemplars; set it to 8 "
+                            "or fewer"),
+])
+def test_num_exemplars_is_checked_against_the_set_before_any_work(base, monkeypatch, exemplars, count, message):
+    monkeypatch.chdir(REPO)
+    base["datasets"]["demo"].update(exemplars=exemplars, num_exemplars=count)
+    with pytest.raises(ConfigError) as err:
+        parse_params(base, "params.yaml").check_inputs()
+    assert str(err.value) == f"params.yaml: {message}"
+    base["datasets"]["demo"]["num_exemplars"] = 8  # all of them: fine
+    parse_params(base, "params.yaml").check_inputs()
+
+
+def test_a_malformed_exemplar_file_is_named_at_check_params(base, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    bad = tmp_path / "exemplars.json"
+    bad.write_text('[{"question": "q?", "reasoning": "r.", "answer": ""}]')
+    base["datasets"]["demo"]["exemplars"] = str(bad)
+    with pytest.raises(ConfigError, match=rf"^params.yaml: datasets.demo.exemplars: {bad}: record 0, field 'answer': "
+                                          "missing or not a non-empty string$"):
+        parse_params(base, "params.yaml").check_inputs()
+
+
+def special_file(kind: str, tmp_path) -> str:
+    import os
+
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return str(tmp_path / "fifo")
+    if kind == "directory":
+        return str(tmp_path)
+    return "/dev/zero"
+
+
+@pytest.mark.parametrize("kind, what", [("fifo", "not a regular file (a named pipe (FIFO))"),
+                                        ("device", "not a regular file (a character device)"),
+                                        ("directory", "a directory, not a file")])
+def test_an_input_that_is_no_regular_file_is_named_for_what_it_is(base, tmp_path, monkeypatch, kind, what):
+    """A FIFO would block the step reading it and /dev/zero feed it without end: refused for what they are."""
+    monkeypatch.chdir(REPO)
+    path = special_file(kind, tmp_path)
+    base["datasets"]["demo-early"]["path"] = path
+    with pytest.raises(ConfigError) as err:
+        parse_params(base, "params.yaml").check_inputs()
+    assert str(err.value) == f"params.yaml: datasets.demo-early.path: {path} is {what}; name a regular file"
+
+
+@pytest.mark.parametrize("edit, line", REFUSED_PARAMS)
+def test_check_params_refuses_bad_names_and_values_in_one_line(base, tmp_path, monkeypatch, capsys, edit, line):
+    from adaptive_rag import cli
+
+    edit(base)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(base, sort_keys=False))
+    monkeypatch.chdir(REPO)
+    assert cli.main(["--params", str(params), "check-params"]) == 2
+    assert capsys.readouterr().err == f"error: {params}: {line}\n"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from adaptive_rag.config import load_params, parse_params
-from adaptive_rag.dvc_record import record, select
+from adaptive_rag.dvc_record import never_built, record, select
 from adaptive_rag.dvc_stages import (ABLATION_SUFFIXES, REPORT_FILES, _Builder, ablation_rule, build_stages,
                                      check_current, check_outs_disjoint, render)
 from adaptive_rag.errors import ConfigError, InputError
@@ -156,6 +156,27 @@ def test_record_refuses_missing_outputs_naming_stage_and_path(tmp_path, monkeypa
     assert "stage corpus: dependency data/demo/psgs_demo.tsv does not exist" in message
     assert "stage model" not in message  # built: nothing missing
     assert "build them first with `snakemake --cores all data/corpus/demo data/index/demo/bm25`" in message
+
+
+def test_record_without_names_leaves_out_what_was_never_built(tmp_path, monkeypatch, params):
+    """Nothing built at all is refused; a stage with one output built and a file missing is an incomplete
+    build, refused by name, while the stages with no output built are left out, not reported missing."""
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.yaml").write_text(render(params))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError, match=r"^nothing recorded: no stage of dvc.yaml has been built yet; build with "
+                                         r"`snakemake --cores all` first$"):
+        record(params, [])
+    (tmp_path / "data/models/smollm2-135m-instruct").mkdir(parents=True)
+    (tmp_path / "data/splits").mkdir(parents=True)
+    (tmp_path / "data/splits/demo.jsonl").write_text("{}\n")  # its .meta.json is missing
+    with pytest.raises(InputError) as err:
+        record(params, [])
+    lines = str(err.value).splitlines()
+    assert lines[1:3] == ["  stage split_demo: output data/splits/demo.meta.json does not exist",
+                          "  stage split_demo: dependency data/demo/hotpot_demo.json does not exist"]
+    assert {line.split(":")[0] for line in lines[1:]} == {"  stage split_demo"}  # model: complete; others: unbuilt
+    assert never_built(build_stages(params), ["model", "split_demo", "corpus"]) == ["corpus"]
 
 
 def test_record_refuses_a_stale_dvc_yaml(tmp_path, monkeypatch, params):

@@ -143,7 +143,7 @@ def one_download(work: Path, url: str, **entry) -> None:
 def test_extract_on_a_file_that_is_no_archive_names_the_entry_and_the_file(filename, tmp_path, capsys, monkeypatch):
     source = tmp_path / "remote" / filename
     payload = stand_in(source, [])
-    one_download(tmp_path / "work", source.as_uri(), extract=["dev.json"])
+    one_download(tmp_path / "work", source.as_uri(), extract=["train.json"])
     code, _, err = download(tmp_path / "work", "bundle", capsys, monkeypatch)
     assert code == 2
     assert err.strip().splitlines()[-1] == (
@@ -161,6 +161,59 @@ def test_missing_archive_member_names_the_entry_and_lists_the_members(tmp_path, 
     assert err.strip().splitlines()[-1] == (
         "error: params.yaml: downloads.bundle.extract: data/raw/bundle/bundle.zip has no member 'bundle/test.json'; "
         "it has: bundle/dev.json, stand-in/README.txt")
+
+
+def test_members_with_one_base_name_are_refused_before_anything_is_fetched(tmp_path, capsys, monkeypatch):
+    """Members land under their base names: two `data.json` would leave only the second (exit 0, the train
+    data silently gone). Refused when params is read, so nothing is fetched or written."""
+    source = tmp_path / "remote" / "bundle.zip"
+    stand_in(source, ["train/data.json", "dev/data.json"])
+    one_download(tmp_path / "work", source.as_uri(), extract=["train/data.json", "dev/data.json"])
+    code, out, err = download(tmp_path / "work", "bundle", capsys, monkeypatch)
+    assert (code, out) == (2, "")
+    assert err == ("error: params.yaml: downloads.bundle.extract: members 'train/data.json' and 'dev/data.json' would "
+                   "both be extracted to data/raw/bundle/data.json (members land under their base name, so the "
+                   "second would overwrite the first); extract one of them here and the other under a second "
+                   "`downloads:` entry with the same url\n")
+    assert not (tmp_path / "work/data").exists()
+
+
+def test_extraction_stays_inside_the_download_directory(tmp_path, capsys, monkeypatch):
+    """A member path climbing out with `..` or starting at `/` is written under its base name in the
+    directory; a link to a file outside the archive is no member to extract; a link to a member inside it
+    is extracted as a regular file holding that member's bytes."""
+    source = tmp_path / "remote" / "bundle.tar.gz"
+    source.parent.mkdir(parents=True)
+    outside = tmp_path / "outside.json"
+    outside.write_text("not for the archive")
+    with tarfile.open(source, "w:gz") as tf:
+        for name in ("../../climb.json", "/abs/rooted.json", "inside/real.json"):
+            data = member_bytes(name)
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        for name, target in (("escape.json", str(outside)), ("inside/alias.json", "real.json")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tf.addfile(info)
+    work = tmp_path / "work"
+    one_download(work, source.as_uri(), extract=["../../climb.json", "/abs/rooted.json", "inside/alias.json"])
+    code, _, err = download(work, "bundle", capsys, monkeypatch)
+    assert code == 0, err
+    dest = work / "data/raw/bundle"
+    assert sorted(p.name for p in dest.iterdir()) == ["alias.json", "bundle.tar.gz", "climb.json", "rooted.json"]
+    assert not any(p.is_symlink() for p in dest.iterdir())
+    assert (dest / "climb.json").read_bytes() == member_bytes("../../climb.json")
+    assert (dest / "rooted.json").read_bytes() == member_bytes("/abs/rooted.json")
+    assert (dest / "alias.json").read_bytes() == member_bytes("inside/real.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["outside.json", "remote", "work"]  # nothing climbed out
+
+    one_download(work, source.as_uri(), extract=["escape.json"])
+    code, _, err = download(work, "bundle", capsys, monkeypatch)
+    assert code == 2
+    assert err.startswith("error: params.yaml: downloads.bundle.extract: data/raw/bundle/bundle.tar.gz has no regular "
+                          "file 'escape.json'")
+    assert not (dest / "escape.json").exists() and outside.read_text() == "not for the archive"
 
 
 def test_pinned_sha256_is_checked_for_a_file_url(tmp_path, capsys, monkeypatch):

@@ -12,8 +12,8 @@ import sys
 import pytest
 import yaml
 
-from conftest import (REPO, assert_report_shows_every_output, build_html_report, copy_workflow, edit_params,
-                      planned_jobs, read_jsonl, run, snakemake)
+from conftest import (REFUSED_PARAMS, REPO, assert_report_shows_every_output, build_html_report, copy_workflow,
+                      edit_params, planned_jobs, read_jsonl, run, snakemake)
 
 # Every test here runs Snakemake, the `adaptive_rag` CLI or DVC in subprocesses.
 pytestmark = pytest.mark.slow
@@ -36,12 +36,17 @@ def test_dry_run_plans_the_full_dag(tmp_path):
     }
 
 
-def test_bad_params_stop_snakemake_with_the_key_named(tmp_path):
+@pytest.mark.parametrize("edit, line", [
+    pytest.param(lambda d: d["methods"]["sr-rag"].update(top_k="many"),
+                 "methods.sr-rag.top_k: expected an integer >= 1, got 'many'", id="type"),
+    *REFUSED_PARAMS,
+])
+def test_bad_params_stop_snakemake_with_the_key_named(tmp_path, edit, line):
     copy_workflow(tmp_path)
-    edit_params(tmp_path, lambda d: d["methods"]["sr-rag"].update(top_k="many"))
+    edit_params(tmp_path, edit)
     result = snakemake(tmp_path, "-n", check=False)
     assert result.returncode != 0
-    assert "error: params.yaml: methods.sr-rag.top_k: expected an integer >= 1, got 'many'" in result.stderr
+    assert result.stderr == f"error: params.yaml: {line}\n"  # the line check-params prints
     assert "Traceback" not in result.stderr
 
 
@@ -90,18 +95,22 @@ def dvc_repository(root, tiny_llama_dir):
 
 @pytest.fixture(scope="module")
 def built_workflow(tiny_llama_dir, tmp_path_factory):
-    """The tiny demo and the cheap ablation built once by Snakemake (no DVC command run yet), shared by the
-    tests below: recording it for DVC, and Snakemake's incremental reruns."""
+    """The tiny demo built once by `snakemake --cores all` (the default target: the main experiment, not
+    the cheap ablation; no DVC command run yet), shared by the tests below: recording it for DVC, and
+    Snakemake's incremental reruns. Each builds the ablation when it needs it."""
     root = dvc_repository(tmp_path_factory.mktemp("built"), tiny_llama_dir)
-    snakemake(root, "all", "ablation_sr_topk")
+    snakemake(root)
     return root
 
 
 def test_snakemake_outputs_are_recorded_for_dvc_without_recomputing_and_pulled_into_a_clone(built_workflow, tmp_path):
+    """The README's sharing recipe, step by step: `snakemake --cores all`, `adaptive-rag dvc-record` (which
+    records what was built and names the ablation never built), then the ablation built and recorded
+    too, `dvc push`, and a collaborator's clone and `dvc pull`."""
     sm = built_workflow
-    snakemake(sm, "all", "ablation_sr_topk")  # nothing to do (unless a test before this one changed the tree)
     stages = yaml.safe_load((sm / "dvc.yaml").read_text())["stages"]
     assert {"report", "generate_demo_wo-rag", "ablation_sr_topk"} <= set(stages)
+    assert not (sm / "reports/ablations").exists()  # `snakemake --cores all` builds no ablation
 
     # Outputs that no longer match params.yaml are not recorded: Snakemake would still rerun them.
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=2))
@@ -110,8 +119,21 @@ def test_snakemake_outputs_are_recorded_for_dvc_without_recomputing_and_pulled_i
     assert "(generate 1)" in stale.stderr and not (sm / "dvc.lock").exists()
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
 
+    # Right after `snakemake --cores all`: everything built is recorded, the ablation is named in one line.
     recorded = run([*CLI, "dvc-record"], sm)
-    assert f"recorded {len(stages)} stage(s) in dvc.lock" in recorded.stdout
+    lines = recorded.stdout.strip().splitlines()  # DVC's own lines, then the command's two
+    assert lines[-2].startswith(f"recorded {len(stages) - 1} stage(s) in dvc.lock")
+    assert lines[-1] == ("not recorded, never built (1 stage(s)): ablation_sr_topk; to record them, build them with "
+                         "`snakemake --cores all ablation_sr_topk` and run `adaptive-rag dvc-record` again")
+    status = run(["dvc", "status"], sm).stdout
+    assert "ablation_sr_topk" in status and "generate_demo_wo-rag" not in status and "report:" not in status
+
+    # Later: build it and record again, as the line says.
+    snakemake(sm, "ablation_sr_topk")
+    recorded = run([*CLI, "dvc-record"], sm)
+    assert recorded.stdout.strip().splitlines()[-1] == (
+        f"recorded {len(stages)} stage(s) in dvc.lock without running them; `dvc status` is clean for them. "
+        f"Commit dvc.lock (git add dvc.lock) and `dvc push` to share the outputs.")
     assert "Data and pipelines are up to date." in run(["dvc", "status"], sm).stdout
     repro = run(["dvc", "repro"], sm)
     assert "Running stage" not in repro.stdout + repro.stderr
@@ -154,6 +176,7 @@ def test_dvc_stages_own_exactly_what_snakemake_writes(tmp_path):
 
 def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflow, tiny_llama_dir, tmp_path):
     sm = built_workflow
+    snakemake(sm, "ablation_sr_topk")  # the HTML report below shows it (nothing to do if already built)
     for name in ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
                  "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/figures/retrievals.png"):
         assert (sm / name).stat().st_size > 0, name

@@ -36,11 +36,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError
-from .settings import check_name
+from .settings import VARIANT_NAME_MAX, check_length, check_name, check_rule_names
 
 PLOTS = ("grid", "lines", "table", "significance", "uncertainty-sweep", "sugar-entropy")
 SPECIAL = ("significance", "uncertainty-sweep", "sugar-entropy")  # kinds with their own rule, not variants
 SEPARATOR = "--"
+RULE_PREFIX = "ablation_"  # `snakemake ablation_<name>` (settings.rule_name), also the DVC stage's name
 TIME_BASELINE = "sr-rag"  # SUGAR's Time is relative to single-step retrieval
 BASELINE_TYPE = "wo-rag"  # what a table compares with when none is named: the run without retrieval
 
@@ -90,6 +91,8 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
     ablations, generated = {}, {}
     for name in section.data:
         check_name(section, name, "ablation")
+    check_rule_names(section, section.data, RULE_PREFIX, "ablation")
+    for name in section.data:
         s = section.section(name)
         names = s.str_list("datasets")
         for dataset in names:
@@ -138,6 +141,8 @@ def parse_ablations(section, methods_section_data: dict, datasets: dict, validat
             values = dict(zip(keys, combination))
             base = values.get("method", bases[0])
             method_name = name + SEPARATOR + "-".join(_slug(values[k]) for k in keys)
+            check_length(s, "vary", f"the variant name {method_name!r}", method_name, VARIANT_NAME_MAX,
+                         "shorten the ablation's name or the varied values")
             raw = methods_section_data[base] or {}
             varied = {k: v for k, v in values.items() if k != "method"}
             data = {k: v for k, v in raw.items() if k != "per_dataset"} | varied

@@ -2,7 +2,8 @@
 
 Heavy libraries (torch, transformers, the JVM) are imported inside the step that needs them, so
 `adaptive-rag --help` and `check-params` start instantly. Errors a user can fix are printed as one
-`error:` line with exit status 2; anything else is a bug and keeps its traceback.
+`error:` line with exit status 2, and so are the system's errors a user fixes outside the project (a
+full disk, a read-only directory: `io.storage_error`); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -73,9 +74,12 @@ def cmd_dvc_yaml(args) -> None:
 def cmd_dvc_record(args) -> None:
     from .dvc_record import record
 
-    names = record(_params(args), args.stages, DVC_YAML, check_snakemake=not args.no_dry_run)
-    print(f"recorded {len(names)} stage(s) in dvc.lock without running them; `dvc status` is clean for them. "
-          f"Commit dvc.lock (git add dvc.lock) and `dvc push` to share the outputs.")
+    recorded = record(_params(args), args.stages, DVC_YAML, check_snakemake=not args.no_dry_run)
+    print(f"recorded {len(recorded.stages)} stage(s) in dvc.lock without running them; `dvc status` is clean for "
+          f"them. Commit dvc.lock (git add dvc.lock) and `dvc push` to share the outputs.")
+    left_out = recorded.unbuilt_line()
+    if left_out:
+        print(left_out)
 
 
 def cmd_model(args) -> None:
@@ -453,9 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="write nothing; fail if the file differs from what "
                                                         "params.yaml generates")
     p = step("dvc-record", cmd_dvc_record, "record outputs Snakemake already built in dvc.lock (dvc commit) "
-                                           "without recomputing them; refuses missing or stale outputs")
+                                           "without recomputing them; refuses incomplete or stale outputs")
     p.add_argument("stages", nargs="*", metavar="STAGE", help="stage names or groups (generate, split, index, "
-                                                              "ablation); default: every stage of dvc.yaml")
+                                                              "ablation); default: every stage of dvc.yaml that "
+                                                              "was built (those never built are named, not recorded)")
     p.add_argument("--no-dry-run", action="store_true", help="skip the `snakemake --dry-run` check that the "
                                                              "outputs are current (faster; trust they are)")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
@@ -583,6 +588,14 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except AdaptiveRagError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk, an unwritable directory... met outside the writers that name their file
+        from .io import storage_error
+
+        problem = storage_error(exc)
+        if problem is None:
+            raise
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     return 0
 

@@ -14,17 +14,18 @@ from typing import Any
 
 
 from .ablations import BASELINE_TYPE, SEPARATOR, check_no_clash, parse_ablations
+from .data.archives import member_file_name, member_problem
 from .data.datasets import LOADERS
 from .errors import ConfigError, InputError
 from .evaluation.intervals import ReportConfig
-from .io import read_yaml
+from .io import NOT_FOUND, file_problem, read_yaml
 from .lm.capabilities import ATTENTION_PATHS, BACKEND_CAPABILITIES, DTYPES, missing
 from .lm.models import PYPI_SOURCES
 from .methods.registry import method_class, validate_settings
-from .prompts.fewshot import resolve_exemplars
+from .prompts.fewshot import read_exemplars, resolve_exemplars
 from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
 from .retrieval import ENCODER_TYPES, KINDS, NAMED_DENSE, encoder_name
-from .settings import MISSING, Section, check_name, optional_str, show
+from .settings import MISSING, Section, check_name, check_rule_names, optional_str, show
 
 PROMPT_FORMATS = ("chat", "raw")
 BACKENDS = ("hf", "api")
@@ -137,7 +138,8 @@ class DownloadConfig:
         return f"{self.directory}/{self.filename}"
 
     def extracted_paths(self) -> list[str]:
-        return [f"{self.directory}/{member.rsplit('/', 1)[-1]}" for member in self.extract]
+        """Where the `extract` step writes each member (`data.archives.member_file_name`): the rule's outputs."""
+        return [f"{self.directory}/{member_file_name(member)}" for member in self.extract]
 
 
 @dataclass(frozen=True)
@@ -274,8 +276,9 @@ class Params:
     source: str = field(default="params.yaml", compare=False)  # the file, for error messages
 
     def check_inputs(self) -> None:
-        """Every input file params names exists, or a `downloads:` entry produces it: checked before
-        any work starts (`check-params`, Snakemake start-up), not when a step finally reads it."""
+        """Every input file params names exists, or a `downloads:` entry produces it, and is a regular file;
+        and each dataset's exemplar set holds `num_exemplars`: checked before any work starts
+        (`check-params`, Snakemake start-up), not when a step finally reads it."""
         produced = {os.path.normpath(p) for d in self.downloads.values() for p in (d.path, *d.extracted_paths())}
         files = [("corpus.passages", self.corpus.passages)]
         for name, ds in self.datasets.items():
@@ -286,13 +289,28 @@ class Params:
                 files.append((f"datasets.{name}.template", ds.template))
         if self.detectors is not None and self.detectors.realtime is not None:
             files.append(("detectors.realtime.passages", self.detectors.realtime.passages))
-        missing = [(key, path) for key, path in files
-                   if not Path(path).is_file() and os.path.normpath(path) not in produced]
-        if missing:
-            key, path = missing[0]
-            more = f" (and {len(missing) - 1} more: {', '.join(k for k, _ in missing[1:])})" if len(missing) > 1 else ""
-            where = "a directory, not a file" if Path(path).is_dir() else "file not found"
-            raise ConfigError(f"{self.source}: {key}: {where}: {path}; no `downloads:` entry produces it{more}")
+        problems = [(key, path, problem) for key, path in files
+                    if os.path.normpath(path) not in produced and (problem := file_problem(path))]
+        if problems:
+            key, path, problem = problems[0]
+            more = f" (and {len(problems) - 1} more: {', '.join(k for k, _, _ in problems[1:])})" if len(problems) > 1 else ""
+            if problem == NOT_FOUND:
+                raise ConfigError(f"{self.source}: {key}: {problem}: {path}; no `downloads:` entry produces it{more}")
+            raise ConfigError(f"{self.source}: {key}: {path} is {problem}; name a regular file{more}")
+        for name, ds in self.datasets.items():
+            self._check_exemplars(name, ds)
+
+    def _check_exemplars(self, name: str, ds: DatasetConfig) -> None:
+        """`num_exemplars` against the set it takes them from (a file not downloaded yet is checked when read)."""
+        if not resolve_exemplars(ds.exemplars).is_file():
+            return
+        try:
+            available = len(read_exemplars(ds.exemplars))
+        except InputError as exc:
+            raise ConfigError(f"{self.source}: datasets.{name}.exemplars: {exc}") from None
+        if ds.num_exemplars > available:
+            raise ConfigError(f"{self.source}: datasets.{name}.num_exemplars: is {ds.num_exemplars}, but "
+                              f"{ds.exemplars} holds {available} exemplars; set it to {available} or fewer")
 
     def dataset(self, name: str) -> DatasetConfig:
         if name not in self.datasets:
@@ -493,7 +511,7 @@ def _report(s: Section) -> ReportConfig:
     default = ReportConfig()
     cfg = ReportConfig(confidence=s.float("confidence", default.confidence),
                        resamples=s.int("resamples", default.resamples, minimum=100),
-                       seed=s.int("seed", default.seed))
+                       seed=s.seed("seed", default.seed))
     if not 0.5 <= cfg.confidence < 1:
         raise s.fail("confidence", f"expected a level between 0.5 and 1 (e.g. 0.95), got {cfg.confidence}")
     s.done()
@@ -516,6 +534,8 @@ def _downloads(s: Section) -> dict[str, DownloadConfig]:
     downloads = {}
     for name in s.data:
         check_name(s, name, "download")
+    check_rule_names(s, s.data, "download_", "download")
+    for name in s.data:
         d = s.section(name)
         url = d.str("url")
         filename = d.str("filename", url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
@@ -528,6 +548,9 @@ def _downloads(s: Section) -> dict[str, DownloadConfig]:
             raise d.fail("extract", f"expected a list of archive member paths, got {show(extract)}")
         downloads[name] = DownloadConfig(name, url, filename, sha256.lower() if sha256 else None,
                                          d.int("size", None, minimum=1, allow_none=True), tuple(extract))
+        problem = member_problem(extract, Path(downloads[name].path), Path(downloads[name].directory))
+        if problem:
+            raise d.fail("extract", problem)
         d.done()
     return downloads
 
@@ -537,7 +560,7 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
     sample_cfg = SampleConfig(
         mode=sample.str("mode", "random", SAMPLE_MODES),
         size=sample.int("size", None, minimum=1, allow_none=True),
-        seed=sample.int("seed", 0),
+        seed=sample.seed("seed", 0),
         skip=sample.int("skip", 0, minimum=0),
     )
     sample.done()
@@ -679,7 +702,7 @@ def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], so
 
 def _detector_training(s: Section) -> DetectorTraining:
     """`test_fraction`, `seed`, `epochs`, `lr` of one detector's section."""
-    cfg = DetectorTraining(test_fraction=s.float("test_fraction", 0.2), seed=s.int("seed", 0),
+    cfg = DetectorTraining(test_fraction=s.float("test_fraction", 0.2), seed=s.seed("seed", 0),
                            epochs=s.int("epochs", None, minimum=1, allow_none=True),
                            lr=None if s.raw("lr", None) is None else s.float("lr"))
     if not 0 < cfg.test_fraction < 1:
@@ -808,7 +831,7 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     _check_calibrations(methods, datasets, runs, source)
     detectors = _detectors(top.section("detectors", {}), datasets, _evaluated(runs, methods))
     params = Params(
-        seed=top.int("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
+        seed=top.seed("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
         experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations,
         experiment_baseline=exp_baseline, report=_report(top.section("report", {})), detectors=detectors,

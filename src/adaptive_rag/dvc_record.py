@@ -8,7 +8,11 @@ and answers no when there is no terminal). Before that we check, in order:
 
 1. dvc.yaml is what params.yaml generates (a stale file would record the wrong stages);
 2. every output and dependency of every stage to record exists, else we stop naming the stage and the
-   path (and record nothing), since DVC would fail half-way through on the first one;
+   path (and record nothing), since DVC would fail half-way through on the first one. Without stage
+   names, a stage none of whose outputs exists was never built: `snakemake --cores all` builds the main
+   experiment, not the ablations, the detectors or an index only they search, so those are left out
+   and named (`Recorded.unbuilt`), to be recorded once built; a stage with some outputs missing is an
+   incomplete build and stops everything, as does any missing file of a stage named explicitly;
 3. Snakemake has nothing left to do for those stages' targets (`snakemake -n`): outputs that exist but
    are stale (params.yaml edited since the build) or incomplete (a killed job) must not be recorded
    as if they matched the current settings.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .dvc_stages import SNAKEMAKE, build_stages, check_current
@@ -57,6 +62,26 @@ def target(stage: dict) -> str:
     return stage["cmd"][len(SNAKEMAKE) + 1:]
 
 
+def never_built(stages: dict, names: list[str]) -> list[str]:
+    """The stages none of whose outputs exists."""
+    return [name for name in names if not any(Path(path).exists() for path in stages[name]["outs"])]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    stages: list[str]  # recorded in dvc.lock
+    unbuilt: list[str]  # left out (no stage named): none of their outputs exists
+    unbuilt_targets: list[str]  # the Snakemake targets that build them
+
+    def unbuilt_line(self) -> str | None:
+        """What was left out and how to record it later, as one line; None when nothing was."""
+        if not self.unbuilt:
+            return None
+        return (f"not recorded, never built ({len(self.unbuilt)} stage(s)): {', '.join(self.unbuilt)}; to record "
+                f"them, build them with `{SNAKEMAKE} {' '.join(self.unbuilt_targets)}` and run "
+                f"`adaptive-rag dvc-record` again")
+
+
 def pending_jobs(targets: list[str]) -> dict[str, int]:
     """Jobs per rule that Snakemake would still run for `targets` ({} when everything is up to date)."""
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *targets, "--dry-run", "--quiet", "rules"]
@@ -77,14 +102,19 @@ def _dvc(*args: str, quiet: bool = False) -> subprocess.CompletedProcess:
                           capture_output=quiet, stdin=subprocess.DEVNULL)
 
 
-def record(params, names: list[str], dvc_yaml: str = "dvc.yaml", check_snakemake: bool = True) -> list[str]:
-    """Record the chosen stages (all by default) in dvc.lock; returns their names."""
+def record(params, names: list[str], dvc_yaml: str = "dvc.yaml", check_snakemake: bool = True) -> Recorded:
+    """Record the chosen stages in dvc.lock; by default every stage that was built (see the module doc)."""
     if not Path(".dvc").is_dir():
         raise InputError(f"{Path.cwd()} is not a DVC repository (no .dvc/): run `dvc init` here, or run "
                          f"this from the repository root")
     check_current(params, dvc_yaml)
     stages = build_stages(params)
     chosen = select(stages, names)
+    unbuilt = [] if names else never_built(stages, chosen)
+    if unbuilt and len(unbuilt) == len(chosen):
+        raise InputError(f"nothing recorded: no stage of {dvc_yaml} has been built yet; build with "
+                         f"`{SNAKEMAKE}` first")
+    chosen = [name for name in chosen if name not in unbuilt]
     missing = missing_paths(stages, chosen)
     if missing:
         lines = [f"  stage {stage}: {what} {path} does not exist" for stage, what, path in missing[:20]]
@@ -108,4 +138,4 @@ def record(params, names: list[str], dvc_yaml: str = "dvc.yaml", check_snakemake
     if status.returncode != 0:
         report = _dvc("status", *chosen, quiet=True)
         raise AdaptiveRagError(f"recorded, but `dvc status` still reports changes:\n{report.stdout.strip()}")
-    return chosen
+    return Recorded(chosen, unbuilt, list(dict.fromkeys(target(stages[name]) for name in unbuilt)))

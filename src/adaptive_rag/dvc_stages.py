@@ -28,9 +28,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .ablations import RULE_PREFIX as ABLATION_RULE_PREFIX
 from .config import DENSE_KEYS
 from .errors import ConfigError
 from .retrieval import encoder_name
+from .settings import rule_name
 
 HEADER = """\
 # GENERATED from params.yaml by `adaptive-rag dvc-yaml`: do not edit by hand. After changing params.yaml's
@@ -78,7 +80,7 @@ GENERATION_KEYS = ("decoding", "max_new_tokens", "batch_size", "answer_fallback_
 
 def ablation_rule(name: str) -> str:
     """The Snakemake target of an ablation (the Snakefile's own naming), also its DVC stage name."""
-    return "ablation_" + name.replace("-", "_").replace(".", "_")
+    return rule_name(ABLATION_RULE_PREFIX, name)
 
 
 def ablation_files(ablation) -> list[str]:

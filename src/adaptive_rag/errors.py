@@ -11,3 +11,8 @@ class ConfigError(AdaptiveRagError):
 
 class InputError(AdaptiveRagError):
     """An input file is missing or malformed; the message names the file (and line/record)."""
+
+
+class StorageError(AdaptiveRagError):
+    """A file could not be written (a full disk, a read-only or unwritable directory, a directory where
+    a file is to be written); the message names the path and says that a rerun resumes."""

@@ -1,37 +1,93 @@
 """Small file helpers shared by every step.
 
 Outputs are written to a temporary sibling and renamed into place, so a killed step never
-leaves a half-written file that Snakemake or DVC could mistake for a finished one.
+leaves a half-written file that Snakemake or DVC could mistake for a finished one. The same
+property makes a failed write harmless: a full disk or a read-only directory stops a step with
+one line (`storage_error`) naming the file, and rerunning it once fixed resumes.
+
+Inputs are regular files: `file_problem` says what a path is when it is not (missing, a directory,
+a named pipe, a device), for every command that reads one (`require_file`) and for `check-params`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .errors import InputError
+from .errors import InputError, StorageError
+
+RESUMES = "nothing finished is lost: {fix}, then rerun the same command, which resumes where it stopped"
+# errno -> (what went wrong, what to do): the failures a user fixes outside the project. Worded for a
+# read as well as a write where the errno can be either (permission), since a step may meet it in both.
+STORAGE_FAILURES = {
+    errno.ENOSPC: ("cannot write (no space left on device)", "free some space"),
+    errno.EDQUOT: ("cannot write (disk quota exceeded)", "free some space or raise the quota"),
+    errno.EROFS: ("cannot write (read-only file system)", "write to a writable file system"),
+    errno.EACCES: ("permission denied", "give this user access to it (for an output, write access to its directory)"),
+    errno.EPERM: ("operation not permitted", "give this user access to it (for an output, write access to its "
+                                             "directory)"),
+}
+FILE_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+NOT_FOUND = "file not found"
+IS_A_DIRECTORY = "is a directory, where a file is expected: name a file instead (the directory is left as it is)"
+
+
+def storage_error(exc: OSError, path: str | os.PathLike | None = None) -> StorageError | None:
+    """The one-line error for an OSError the user can fix outside the project (a full disk, a read-only
+    or unwritable directory, a directory where a file goes, a name too long), naming `path` (default:
+    the error's own file name); None for any other, which stays a bug with its traceback. Every command
+    reports these through here: `atomic_write`, the progress log and downloads name the file they were
+    writing, and the CLI catches the rest."""
+    where = path if path is not None else exc.filename
+    where = f"{where}: " if where is not None else ""
+    if exc.errno in STORAGE_FAILURES:
+        what, fix = STORAGE_FAILURES[exc.errno]
+        return StorageError(f"{where}{what}; {RESUMES.format(fix=fix)}")
+    if exc.errno == errno.EISDIR:
+        return StorageError(f"{where}{IS_A_DIRECTORY}")
+    if exc.errno == errno.ENAMETOOLONG:
+        return StorageError(f"{where}a name in this path is longer than the file system allows (255 bytes on most "
+                            f"file systems): shorten it")
+    return None
+
+
+def reported(exc: OSError, path: str | os.PathLike | None = None) -> BaseException:
+    """`storage_error(exc, path)` where there is one, else `exc` itself: `raise reported(exc, path)`."""
+    return storage_error(exc, path) or exc
 
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
+    """A file handle whose content replaces `path` only once complete: a failed write leaves `path` as it
+    was, and a full disk or an unwritable directory is `storage_error`'s one line naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():  # os.replace would refuse it only after all the writing
+        raise StorageError(f"{path}: {IS_A_DIRECTORY}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise reported(exc, path) from None
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # the caller's own reads name their file; a write() names none
+            raise reported(exc, path if exc.filename in (None, tmp) else None) from None
         raise
 
 
@@ -55,10 +111,31 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         handle.write("\n")
 
 
+def file_problem(path: str | os.PathLike) -> str | None:
+    """Why `path` cannot be read as an input file (`file not found`, `a directory, not a file`, `not a
+    regular file (a named pipe (FIFO))`, ...), or None for a regular file (or a link to one). A pipe or
+    a device would block a step or feed it endless bytes, so it is refused by name, not as missing."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return NOT_FOUND
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    kind = next((name for test, name in FILE_KINDS if test(mode)), "something else")
+    return f"not a regular file ({kind})"
+
+
 def require_file(path: str | os.PathLike, what: str) -> Path:
     path = Path(path)
-    if not path.is_file():
+    problem = file_problem(path)
+    if problem == NOT_FOUND:
         raise InputError(f"{what} not found: {path}")
+    if problem is not None:
+        raise InputError(f"{what} {path}: {problem}")
     return path
 
 

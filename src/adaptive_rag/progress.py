@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .io import dumps_line, recover_log, sha256_file
+from .io import dumps_line, recover_log, reported, sha256_file
 
 log = logging.getLogger("adaptive_rag.progress")
 DIRNAME = ".progress"
@@ -65,6 +65,12 @@ class ProgressLog:
         self.discarded = 0  # batches of this process's log dropped because their inputs differ
 
     def __enter__(self) -> "ProgressLog":
+        try:
+            return self._open()
+        except OSError as exc:  # a full disk or a read-only run directory: one line, the finished batches kept
+            raise reported(exc, self.path if exc.filename is None else None) from None
+
+    def _open(self) -> "ProgressLog":
         self.directory.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+b")
         try:
@@ -101,9 +107,14 @@ class ProgressLog:
         self._write({"batch": batch, "records": records})
 
     def _write(self, entry: dict) -> None:
-        self._handle.write(dumps_line(entry).encode("utf-8"))
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        """One entry, on disk before the next batch starts. A write cut short (a full disk) leaves a torn
+        last line, which the next run's `recover_log` trims: every batch before it resumes."""
+        try:
+            self._handle.write(dumps_line(entry).encode("utf-8"))
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            raise reported(exc, self.path) from None
 
     def _owner(self) -> str:
         try:

@@ -13,6 +13,13 @@ from typing import Any
 from .errors import ConfigError
 
 MISSING = object()
+SEED_MAX = 2**63 - 1
+# Names become file names, and the longest one made of two names is the generate rule's benchmark
+# file, logs/benchmarks/generate-<dataset>-<method>.tsv: with names of at most NAME_MAX characters and
+# ablation variants' generated names (`<ablation>--<values>`) of at most VARIANT_NAME_MAX, every file
+# name the workflow derives (temporary siblings included) stays under the 255 bytes of common file systems.
+NAME_MAX = 100
+VARIANT_NAME_MAX = 120
 
 
 class Section:
@@ -57,14 +64,25 @@ class Section:
             raise self.fail(name, f"expected an integer{bound}{' or null' if allow_none else ''}, got {show(value)}")
         return value
 
-    def float(self, name: str, default: Any = MISSING, minimum: float | None = None) -> float:
+    def float(self, name: str, default: Any = MISSING, minimum: float | None = None,
+              maximum: float | None = None) -> float:
         value = self.raw(name, default)
         # YAML's .nan and .inf are floats; no setting of ours means anything at either
         if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or (minimum is not None and value < minimum)):
-            bound = f" >= {minimum}" if minimum is not None else ""
+                or (minimum is not None and value < minimum) or (maximum is not None and value > maximum)):
+            bound = (f" between {minimum} and {maximum}" if minimum is not None and maximum is not None
+                     else f" >= {minimum}" if minimum is not None else f" <= {maximum}" if maximum is not None else "")
             raise self.fail(name, f"expected a finite number{bound}, got {show(value)}")
         return float(value)
+
+    def seed(self, name: str, default: Any = MISSING) -> int:
+        """A random seed: torch takes at most 64 bits and numpy no negative seed, and the API backend
+        sends it to a server as a signed 64-bit integer, so 0 <= seed <= 2**63 - 1 is what every consumer
+        accepts (a larger one passed here and overflowed only when a step seeded its generator)."""
+        value = self.raw(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SEED_MAX:
+            raise self.fail(name, f"expected a seed, an integer from 0 to {SEED_MAX} (2**63 - 1), got {show(value)}")
+        return value
 
     def bool(self, name: str, default: Any = MISSING) -> bool:
         value = self.raw(name, default)
@@ -96,12 +114,41 @@ def show(value: Any) -> str:
 
 def check_name(s: Section, key: str, what: str, name: Any = MISSING) -> None:
     """Names become directory names, Snakemake wildcards and words of shell commands: keep them to an
-    alphabet no shell or path gives a meaning to. `name` defaults to `key` (a mapping's own keys)."""
+    alphabet no shell or path gives a meaning to, never starting like an option (`--dataset -x` would
+    be read as a flag) and short enough to be a file name (NAME_MAX). `name` defaults to `key` (a
+    mapping's own keys)."""
     name = key if name is MISSING else name
-    if (not isinstance(name, str) or not name or name.startswith(".")
+    if (not isinstance(name, str) or not name or name[0] in ".-"
             or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in name)):
         raise s.fail(key, f"{what} names may use ASCII letters, digits, '-', '_' and '.' only, and may not "
-                          f"start with '.'; got {show(name)}")
+                          f"start with '.' or '-'; got {show(name)}")
+    check_length(s, key, f"the {what} name", name, NAME_MAX)
+
+
+def check_length(s: Section, key: str, what: str, name: str, limit: int, fix: str = "shorten it") -> None:
+    """`what` (`the dataset name`) is at most `limit` characters: see NAME_MAX."""
+    if len(name) > limit:
+        raise s.fail(key, f"{what} is {len(name)} characters long; {fix} to at most {limit}, so that the file names "
+                          f"made from it (logs/benchmarks/generate-<dataset>-<method>.tsv) stay under the 255-byte "
+                          f"limit of file systems")
+
+
+def rule_name(prefix: str, name: str) -> str:
+    """The Snakemake rule (and DVC stage) made for a named entry, e.g. `ablation_scaar_grid`: rule names
+    are Python identifiers, so '-' and '.' become '_'."""
+    return prefix + name.replace("-", "_").replace(".", "_")
+
+
+def check_rule_names(s: Section, names, prefix: str, what: str) -> None:
+    """Two names that differ only by '-', '_' or '.' (`ab-x`, `ab_x`) would make one rule name twice,
+    which Snakemake refuses only while parsing its rules, with its own error: refuse them here."""
+    seen: dict[str, str] = {}
+    for name in names:
+        rule = rule_name(prefix, name)
+        if rule in seen:
+            raise s.fail(name, f"{what} names {seen[rule]!r} and {name!r} both make the Snakemake target {rule} "
+                               f"('-' and '.' become '_'); rename one of them")
+        seen[rule] = name
 
 
 def optional_str(s: Section, name: str) -> str:

@@ -5,6 +5,7 @@
 
 ABLATION_PREFIX = "reports/ablations/{ablation}"
 from adaptive_rag.ablations import SPECIAL as SPECIAL_PLOTS
+from adaptive_rag.dvc_stages import ablation_rule
 
 
 def ablation_paper(wildcards):
@@ -46,7 +47,7 @@ for _name in P.ablations:
 
     rule:
         name:
-            "ablation_" + _name.replace("-", "_").replace(".", "_")
+            ablation_rule(_name)
         input:
             expand(f"{ABLATION_PREFIX}.png", ablation=_name),
 

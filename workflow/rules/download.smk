@@ -3,8 +3,10 @@
 # inputs (a dataset `path:` or `corpus.passages` under data/raw/<name>/), so Snakemake fetches on
 # demand. Separate rules, because Snakemake deletes a failed job's outputs: a wrong member path must
 # not cost the verified archive.
+from adaptive_rag.settings import rule_name
+
 for _download in P.downloads.values():
-    _rule_name = _download.name.replace("-", "_").replace(".", "_")
+    _rule_name = rule_name("", _download.name)  # download_<this>, extract_<this>
 
     rule:
         name:

@@ -39,7 +39,7 @@ from typing import Iterable
 from tqdm import tqdm
 
 from ..errors import InputError
-from ..io import sha256_file
+from ..io import sha256_file, storage_error
 
 log = logging.getLogger("adaptive_rag.data")
 CHUNK = 1 << 20
@@ -154,7 +154,11 @@ def _download(remote: RemoteFile, part: Path, retries: int, progress: bool) -> N
                 why = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
                 raise InputError(f"cannot download {remote.url}: {why}") from None
             error = exc
-        except (OSError, http.client.HTTPException, _Incomplete) as exc:
+        except OSError as exc:
+            if (problem := storage_error(exc, part)) is not None:  # a full disk here: retrying cannot help
+                raise problem from None
+            error = exc
+        except (http.client.HTTPException, _Incomplete) as exc:
             error = exc
         if attempt < retries:
             log.warning("download of %s interrupted (%s); retry %d of %d", remote.url, error, attempt + 1, retries)

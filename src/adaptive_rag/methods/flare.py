@@ -33,10 +33,11 @@ class FLARE(TriggeredRetrieval):
             **cls.read_common(section, keep="first-sentence"),  # FLARE regenerates the sentence
             "variant": variant,
             "granularity": section.str("granularity", "token", ("token", "word")),
-            "theta": section.float("theta", DEFAULT_THETA[variant], minimum=0.0),
+            # a probability in `paper`, a mean of 1 - p in `dragin-code`: in [0, 1] either way
+            "theta": section.float("theta", DEFAULT_THETA[variant], minimum=0.0, maximum=1.0),
         }
         if variant == "paper":
-            settings["mask_theta"] = section.float("mask_theta", 0.4, minimum=0.0)
+            settings["mask_theta"] = section.float("mask_theta", 0.4, minimum=0.0, maximum=1.0)
         return settings
 
     def detect(self, state, lookahead, sentence) -> Detection:

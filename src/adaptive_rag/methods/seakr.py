@@ -120,7 +120,7 @@ class SeaKR(Method):
             "final_rationale": section.str("final_rationale", "paper", ("paper", "code")),
             "answer_check": section.str("answer_check", "before", ("before", "after")),
             "reference": section.str("reference", "paper", ("paper", "seakr-code")),
-            "seed": section.int("seed", 42),
+            "seed": section.seed("seed", 42),
             "retriever": cls.read_retriever(section),
         }
         if settings["delta"] == "calibrated":

@@ -90,7 +90,7 @@ class Sugar(Method):
             # a chain of thought needs the run's whole budget to reach its answer phrase
             "max_sample_tokens": section.int("max_sample_tokens", 32 if style == "qa-oneshot" else None,
                                              minimum=1, allow_none=True),
-            "seed": section.int("seed", 42),
+            "seed": section.seed("seed", 42),
             "judge": _read_judge(section),
             "strict": section.bool("strict", True),
             "condition_on_question": section.bool("condition_on_question", False),

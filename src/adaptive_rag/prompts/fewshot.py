@@ -56,6 +56,16 @@ def resolve_exemplars(spec: str) -> Path:
 
 
 def load_exemplars(spec: str | Path, count: int) -> list[Exemplar]:
+    """The first `count` exemplars of the set (check-params checks the count: `Params.check_inputs`)."""
+    exemplars = read_exemplars(spec)
+    if count > len(exemplars):
+        raise InputError(f"{resolve_exemplars(str(spec))}: num_exemplars is {count} but the file has only "
+                         f"{len(exemplars)}")
+    return exemplars[:count]
+
+
+def read_exemplars(spec: str | Path) -> list[Exemplar]:
+    """Every exemplar of a set (`builtin:<dataset>` or a JSON file), checked field by field."""
     path = resolve_exemplars(str(spec))
     data = read_json(path, "exemplar file")
     if not isinstance(data, list):
@@ -68,9 +78,7 @@ def load_exemplars(spec: str | Path, count: int) -> list[Exemplar]:
             if not isinstance(record.get(key), str) or not record[key].strip():
                 raise InputError(f"{path}: record {index}, field '{key}': missing or not a non-empty string")
         exemplars.append(Exemplar(record["question"].strip(), record["reasoning"].strip(), record["answer"].strip()))
-    if count > len(exemplars):
-        raise InputError(f"{path}: num_exemplars is {count} but the file has only {len(exemplars)}")
-    return exemplars[:count]
+    return exemplars
 
 
 def build_prompt(prompt_format: str, exemplars: Sequence[Exemplar], question: str,
