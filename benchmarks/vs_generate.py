@@ -64,8 +64,11 @@ def run_engine(args, prompts, stop):
     # DRAGIN's per-token reads: the entropy of every next-token distribution and the last layer's attention row
     extras = Extras(entropy=True, attention_layer=-1) if args.extras == "dragin" else Extras()
     lm = engine(args, args.batch_size)
-    # untimed: loads kernels, encodes the shared few-shot prefix once and (CUDA graphs) captures each bucket
-    lm.generate(prompts[:args.batch_size], 2, stop, extras)
+    # untimed: loads kernels and encodes the shared few-shot prefix once; with CUDA graphs, the whole workload
+    # once, so that every batch bucket's graph is captured before the clock starts (a generation job captures
+    # each bucket once and replays it for the rest of its run)
+    lm.generate(prompts if args.cuda_graphs else prompts[:args.batch_size],
+                args.max_new_tokens if args.cuda_graphs else 2, stop, extras)
     lm.forward_tokens = 0
     start = _sync_clock(lm.torch, args.device)
     results = lm.generate(prompts, args.max_new_tokens, stop, extras)

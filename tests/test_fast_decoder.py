@@ -280,3 +280,34 @@ def test_integrated_gradients_run_on_the_fast_path(fast, eager):
     np.testing.assert_allclose(a.l2, b.l2, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(a.dot, b.dot, rtol=1e-4, atol=1e-6)
     assert a.value == pytest.approx(b.value, rel=1e-5)
+
+
+CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+
+
+@CUDA
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_on_cuda_the_fast_path_and_its_cuda_graphs_equal_the_eager_path(lively_dir, dtype):
+    """The fast path on the GPU, with and without captured decode steps, against the eager path there:
+    float32 to the CPU tolerances; bfloat16 (whose sums depend on the kernels) to the same first tokens
+    and log-probabilities within 0.1."""
+    extras = Extras(entropy=True, attention_layer=-1, hidden_layer=1)
+    batch = prompts("chat")
+    eager = HFModel(lively_dir, dtype, "cuda", batch_size=3, attention="eager").generate(batch, 12, STOPS, extras)
+    for graphs in (False, True):
+        lm = HFModel(lively_dir, dtype, "cuda", batch_size=3, cuda_graphs=graphs)
+        first = lm.generate(batch, 12, STOPS, extras)
+        again = lm.generate(batch, 12, STOPS, extras)  # graphs captured by the first call are replayed
+        assert [c.token_ids for c in again] == [c.token_ids for c in first]
+        if dtype == "float32":
+            assert_same(first, eager, extras)
+        else:
+            assert [c.token_ids[:1] for c in first] == [c.token_ids[:1] for c in eager]
+            assert max(abs(a.logprobs[0] - b.logprobs[0]) for a, b in zip(first, eager)) < 0.1
+    sampled = Extras(final_layers=(2,))
+    params = SamplingParams(n=5, seed=1)
+    plain = HFModel(lively_dir, dtype, "cuda", batch_size=3).sample(batch[0], params, 6, (), sampled)
+    graphed = HFModel(lively_dir, dtype, "cuda", batch_size=3, cuda_graphs=True).sample(batch[0], params, 6, (),
+                                                                                       sampled)
+    if dtype == "float32":
+        assert_same(graphed, plain, sampled)

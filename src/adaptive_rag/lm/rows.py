@@ -33,10 +33,18 @@ def choose(logits, extras: Extras, generators=None, params: SamplingParams | Non
     logits = logits.float()
     logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logprobs.argmax(dim=-1) if generators is None else sample_rows(logits, generators, params)
-    entropy = -(logprobs.exp() * logprobs).sum(-1) if extras.entropy else None
-    lse = torch.logsumexp(logits, dim=-1) if extras.logsumexp else None
-    return Chosen(chosen.tolist(), logprobs.gather(-1, chosen[:, None])[:, 0].tolist(),
-                  entropy.tolist() if entropy is not None else None, lse.tolist() if lse is not None else None)
+    columns = [logprobs.gather(-1, chosen[:, None])[:, 0]]
+    if extras.entropy:
+        columns.append(-(logprobs.exp() * logprobs).sum(-1))
+    if extras.logsumexp:
+        columns.append(torch.logsumexp(logits, dim=-1))
+    # One transfer to the host per step (a GPU would otherwise wait once per list); token ids are exact in
+    # float64, and the float32 values convert to float64 exactly.
+    table = torch.stack([chosen.double(), *(c.double() for c in columns)], dim=1).cpu().tolist()
+    values = list(zip(*table)) if table else [()] * (1 + len(columns))
+    rest = iter(values[2:])
+    return Chosen([int(t) for t in values[0]], list(values[1]), list(next(rest)) if extras.entropy else None,
+                  list(next(rest)) if extras.logsumexp else None)
 
 
 def sample_rows(logits, generators, params: SamplingParams):
