@@ -1,6 +1,7 @@
 """`serve` against hostile-but-fair requests, through the real process: every request beyond a limit is a
 400 naming the limit, before the model runs; a client that goes away stops its generation; a failure
-inside the model is a 500 and the next request is served.
+inside the model is a 500 and the next request is served; slow clients and crowds of connections are cut
+off; a start-up mistake is one `error:` line.
 
 The served model is the tiny Llama with its context cut to CONTEXT tokens in its config (RoPE positions
 do not depend on it, so its outputs are unchanged) and one token added to its tokenizer that its
@@ -13,12 +14,14 @@ import http.client
 import json
 import queue
 import re
+import select
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,9 @@ NAME = "tiny-limits"
 CONTEXT = 2048  # the served model's context length (its config's max_position_embeddings)
 CAP = 1500  # the server's --max-tokens
 READ_TIMEOUT = 2  # the server's --read-timeout, in seconds
+RECEIVE_TIMEOUT = 3  # the server's --receive-timeout, in seconds
+CONNECTIONS = 4  # the server's --max-connections
+CACHE = 1024 * 1024  # the server's --max-cache-memory ("1MiB"): 4096 positions of the tiny model
 BOOM = "<|boom|>"  # in the tokenizer, not in the embedding: a forward pass over it fails
 # Greedy continuations of the tiny model (seed 0): THAMES ends at end of sequence after 81 tokens, HAMLET
 # runs on to any max_tokens (which takes seconds at CAP).
@@ -120,11 +126,13 @@ class Served:
                          timeout)
 
 
-@pytest.fixture(scope="module")
-def served(limited_model_dir):
+@contextmanager
+def serving(model_dir: Path, *options: str, launcher: str | None = None):
+    """The `serve` process on a free port, stopped with SIGTERM (which must end it cleanly) afterwards;
+    `launcher`: Python code run instead of `-m adaptive_rag.lm.serve`, with the same arguments."""
+    start = ["-c", launcher] if launcher else ["-m", "adaptive_rag.lm.serve"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "adaptive_rag.lm.serve", "--model-dir", str(limited_model_dir), "--port", "0",
-         "--served-name", NAME, "--max-tokens", str(CAP), "--log-requests", "--read-timeout", str(READ_TIMEOUT)],
+        [sys.executable, *start, "--model-dir", str(model_dir), "--port", "0", "--served-name", NAME, *options],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     server = Served(proc)
     threading.Thread(target=server.read, args=(proc.stdout,), daemon=True).start()
@@ -141,6 +149,14 @@ def served(limited_model_dir):
             proc.kill()
             raise
     assert code == 0, "serve did not stop cleanly on SIGTERM:\n" + server.log()
+
+
+@pytest.fixture(scope="module")
+def served(limited_model_dir):
+    with serving(limited_model_dir, "--max-tokens", str(CAP), "--log-requests", "--read-timeout", str(READ_TIMEOUT),
+                 "--receive-timeout", str(RECEIVE_TIMEOUT), "--max-connections", str(CONNECTIONS),
+                 "--max-cache-memory", "1MiB") as server:
+        yield server
     # The only traceback is the deliberate failure's (test_an_internal_error_...), on the server's stderr.
     assert server.log().count("Traceback") <= 1, server.log()
 
@@ -315,3 +331,319 @@ def test_a_client_that_never_finishes_its_request_is_disconnected(served):
         served.wait_for(r"client sent no complete body \(100 bytes promised\) within the read timeout of 2 s")
     finally:
         stalled.close()
+
+
+# ---- memory: the KV cache one request may hold ---------------------------------------------------
+
+
+def position_bytes(model_dir: Path) -> int:
+    """What one cached position of one row costs in float32: keys and values of every layer."""
+    config = json.loads((model_dir / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4
+
+
+def generations(served: Served, since: int, n: int, max_tokens: int) -> int:
+    """How many generations of n continuations of max_tokens the server has started since log line `since`
+    (--log-requests)."""
+    line = f"generating: 1 prompt(s), n={n}, max_tokens={max_tokens}\n"
+    return served.lines[since:].count(line)
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `served`)
+def test_a_request_whose_kv_cache_exceeds_max_cache_memory_is_refused_before_the_model_runs(served,
+                                                                                          limited_model_dir):
+    """--max-cache-memory 1MiB. Sampling holds the prompt once and n rows of max_tokens + 1 positions; greedy
+    decoding min(prompts, --batch-size 8) slots of prompt + max_tokens + 1. The largest max_tokens that fits
+    is served, one more is a 400 with the request's numbers and the limit, and nothing is generated for it."""
+    size = position_bytes(limited_model_dir)
+    fits = CACHE // size
+    status, _, body = served.complete(prompt=THAMES, max_tokens=0)
+    assert status == 200, body
+    p = body["usage"]["prompt_tokens"]
+    n = 128
+    m = (fits - p) // n - 1  # p + n x (m + 1) <= fits < p + n x (m + 2)
+    since = served.mark()
+    refused = assert_400(served.complete(prompt=THAMES, max_tokens=m + 1, temperature=1, n=n, seed=1), None,
+                         f"{p} prompt tokens + n={n} x (max_tokens={m + 1} + 1) = {p + n * (m + 2)} positions x "
+                         f"{size} bytes = {(p + n * (m + 2)) * size} bytes",
+                         f"more than this server's --max-cache-memory of {CACHE} bytes (1.0 MiB)")
+    status, _, body = served.complete(prompt=THAMES, max_tokens=m, temperature=1, n=n, seed=1)
+    assert status == 200 and len(body["choices"]) == n, body
+    served.wait_for(rf"^generating: 1 prompt\(s\), n={n}, max_tokens={m}$", since)  # logged in request order
+    assert generations(served, since, n, m + 1) == 0, f"the refused request was generated: {refused}"
+
+    prompts = [THAMES] * 8
+    m = fits // 8 - p - 1  # 8 x (p + m + 1) <= fits
+    assert_400(served.complete(prompt=prompts, max_tokens=m + 1), None,
+               f"8 slots (of 8 prompt(s), --batch-size 8) x ({p} tokens of the longest prompt + max_tokens={m + 1} "
+               f"+ 1) = {8 * (p + m + 2)} positions")
+    status, _, body = served.complete(prompt=prompts, max_tokens=m)
+    assert status == 200 and len(body["choices"]) == 8, body
+    status, _, body = served.chat([{"role": "user", "content": THAMES}], max_tokens=CAP, temperature=1, n=n)
+    assert status == 400 and body["error"]["code"] == "cache_memory_exceeded", body
+
+
+HEADROOM = 2**30  # the address space the launcher leaves the server beyond what torch and transformers take
+LAUNCHER = f"""
+import re, resource, sys
+import torch, transformers  # their address space first: the limit leaves the server a fixed room beyond it
+size = int(re.search(r"VmSize:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + {HEADROOM}, resource.getrlimit(resource.RLIMIT_AS)[1]))
+from adaptive_rag.lm.serve import main
+sys.exit(main(sys.argv[1:]))
+"""
+HELLO = {"model": NAME, "n": 128, "temperature": 1, "prompt": " hello" * 1500, "max_tokens": 1}  # 4500 tokens here
+
+
+def require_address_space_limit() -> None:
+    """Skip where RLIMIT_AS cannot be set for the server (not Linux, or a hard limit too low to leave room)."""
+    try:
+        import resource
+    except ImportError:
+        pytest.skip("RLIMIT_AS needs the resource module (POSIX)")
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("the launcher reads the address space from /proc/self/status (Linux)")
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    if hard != resource.RLIM_INFINITY and hard < 64 * 2**30:
+        pytest.skip(f"the hard RLIMIT_AS of this process ({hard} bytes) may not leave the server {HEADROOM} bytes")
+
+
+@pytest.fixture(scope="module")
+def wide_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """The tiny model's tokenizer on a model with wide cached positions and small weights: 2 layers x 16 KV heads
+    x 64 dimensions, 16 KiB a position (SmolLM2-135M: 45 KiB), so 128 rows of a long prompt's cache take
+    gigabytes while the weights take a few MB."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dest = tmp_path_factory.mktemp("wide") / "wide"
+    tiny = json.loads((tiny_model_dir / "config.json").read_text())
+    config = LlamaConfig(vocab_size=tiny["vocab_size"], hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=16, num_key_value_heads=16, head_dim=64, max_position_embeddings=8192,
+                         eos_token_id=tiny["eos_token_id"], bos_token_id=tiny["bos_token_id"],
+                         pad_token_id=tiny["pad_token_id"])
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(dest)
+    for path in tiny_model_dir.iterdir():
+        if path.name.startswith("tokenizer") or path.name.endswith(".jinja") or path.name == "special_tokens_map.json":
+            shutil.copy(path, dest / path.name)
+    return dest
+
+
+def cache_limit(server: Served) -> int:
+    """The server's KV-cache limit per request, from its start-up line; auto under RLIMIT_AS here."""
+    return int(server.wait_for(r"KV cache per request: at most (\d+) bytes .*RLIMIT_AS").group(1))
+
+
+@pytest.mark.slow  # starts the `serve` process
+def test_128_samples_of_a_long_prompt_fit_an_address_space_limit_on_the_fast_path(wide_model_dir):
+    """The fast path holds the prompt's 4500 positions once and each of 128 rows two more: 74 MiB here. Every row
+    holding its own copy of the prompt (the eager path, next test) would take 8.8 GiB: no 1 GiB limit fits it."""
+    require_address_space_limit()
+    with serving(wide_model_dir, launcher=LAUNCHER) as server:
+        assert cache_limit(server) < HEADROOM
+        status, _, body = server.post("/completions", HELLO, timeout=120)
+        assert status == 200 and len(body["choices"]) == 128, body
+        assert body["usage"]["prompt_tokens"] == 4500, body["usage"]  # (a row that draws EOS first has no token)
+    assert "Traceback" not in server.log(), server.log()
+
+
+@pytest.mark.slow  # starts the `serve` process
+def test_under_the_same_limit_the_eager_path_refuses_it_with_its_numbers(wide_model_dir):
+    """Admission control where the design cannot share the prompt: the 8.8 GiB the eager path would need is
+    refused with a 400 before any model work, and a request that fits is served."""
+    require_address_space_limit()
+    size = position_bytes(wide_model_dir)
+    with serving(wide_model_dir, "--attention", "eager", "--log-requests", launcher=LAUNCHER) as server:
+        limit = cache_limit(server)
+        since = server.mark()
+        need = 128 * 4501 * size
+        assert_400(server.post("/completions", HELLO, timeout=120), None,
+                   f"n=128 x (4500 prompt tokens + max_tokens=1) = {128 * 4501} positions x {size} bytes = {need} "
+                   f"bytes (8.8 GiB), more than this server's --max-cache-memory of {limit} bytes")
+        status, _, body = server.post("/completions", {**HELLO, "prompt": " hello" * 100, "n": 8}, timeout=120)
+        assert status == 200 and len(body["choices"]) == 8, body
+        server.wait_for(r"^generating: 1 prompt\(s\), n=8, max_tokens=1$", since)  # logged in request order
+        assert generations(server, since, 128, 1) == 0, server.log()
+    assert "Traceback" not in server.log(), server.log()
+
+
+# ---- slow clients, crowds, framing ---------------------------------------------------------------
+
+
+def seconds_until_closed(served: Served, chunks: list[bytes], interval: float = 0.5) -> float | None:
+    """Send `chunks` one every `interval` s (shorter than the read timeout, so each read succeeds); the seconds
+    from the first until the server closed the connection, or None if it was still open after them or after
+    RECEIVE_TIMEOUT + 5 s."""
+    sock = socket.create_connection((served.host, served.port), timeout=10)
+    try:
+        start = time.monotonic()
+        for chunk in chunks:
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                return time.monotonic() - start
+            if select.select([sock], [], [], interval)[0]:
+                try:
+                    data = sock.recv(4096)
+                except OSError:
+                    data = b""
+                assert data == b"", f"the server answered a request it has not received whole: {data!r}"
+                return time.monotonic() - start
+            if time.monotonic() - start > RECEIVE_TIMEOUT + 5:
+                return None
+        return None
+    finally:
+        sock.close()
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `served`)
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_client_that_drips_its_request_is_cut_off_at_the_receive_timeout(served, part):
+    """A byte every half second never lets the read timeout (2 s) fire; the whole request must still arrive
+    within the receive timeout (3 s) of its first byte."""
+    body = json.dumps({"model": NAME, "prompt": THAMES, "max_tokens": 2, "temperature": 0}).encode()
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body))
+    chunks = [head, *(bytes([b]) for b in body)] if part == "body" else [bytes([b]) for b in head + body]
+    since = served.mark()
+    closed = seconds_until_closed(served, chunks)
+    assert closed is not None and RECEIVE_TIMEOUT - 0.5 < closed < RECEIVE_TIMEOUT + 2.5, closed
+    served.wait_for(rf"client sent no complete request within the receive timeout of {RECEIVE_TIMEOUT} s "
+                    r"\(--receive-timeout\); connection closed", since)
+    status, _, _ = served.complete(prompt=THAMES, max_tokens=2)
+    assert status == 200
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `served`)
+def test_a_connection_beyond_max_connections_gets_a_503_at_once(served):
+    """Clients that connect and send nothing hold a thread each (until the read timeout); beyond
+    --max-connections the next is answered 503 at once, with an error body naming the limit, and closed;
+    once they leave, requests are served again."""
+    assert served.complete(prompt=THAMES, max_tokens=1)[0] == 200
+    time.sleep(0.5)  # that connection's thread has ended: every slot is free
+    idle = [socket.create_connection((served.host, served.port)) for _ in range(CONNECTIONS)]
+    try:
+        extra = socket.create_connection((served.host, served.port), timeout=10)
+        with extra:
+            reply = b""
+            while chunk := extra.recv(4096):  # until the server closes it
+                reply += chunk
+        head, _, data = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), reply
+        error = json.loads(data)["error"]
+        assert error["code"] == "too_many_connections" and error["type"] == "server_error", error
+        assert f"at its limit of open connections (--max-connections {CONNECTIONS})" in error["message"], error
+        assert not select.select(idle, [], [], 0)[0], "an idle connection within the limit was answered or closed"
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while True:  # the idle connections' threads end as they see end-of-file
+        try:
+            status = served.complete(prompt=THAMES, max_tokens=1)[0]
+        except (OSError, http.client.HTTPException):
+            status = None
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status == 200
+
+
+def exchange(served: Served, request: bytes) -> tuple[int, dict, bool]:
+    """Send raw request bytes: the reply's status, its JSON body, and whether the server then closed the
+    connection (at once, not after the read timeout)."""
+    with socket.create_connection((served.host, served.port), timeout=10) as sock:
+        sock.sendall(request)
+        reply = b""
+        while b"\r\n\r\n" not in reply and (chunk := sock.recv(4096)):
+            reply += chunk
+        head, _, data = reply.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
+        while len(data) < length and (chunk := sock.recv(4096)):
+            data += chunk
+        closed = bool(select.select([sock], [], [], READ_TIMEOUT / 2)[0]) and sock.recv(1) == b""
+    return int(head.split()[1]), json.loads(data), closed
+
+
+FRAMING = [  # headers of a request whose body is BODY; {n} is its length
+    ("chunked and Content-Length", b"Transfer-Encoding: chunked\r\nContent-Length: {n}\r\n",
+     "both Transfer-Encoding and Content-Length"),
+    ("two Content-Lengths", b"Content-Length: {n}\r\nContent-Length: 2\r\n", "Content-Length is given 2 times"),
+    ("superscript two", b"Content-Length: \xb2\r\n", "ASCII digits; got '\u00b2'"),
+]
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `served`)
+@pytest.mark.parametrize("headers,words", [f[1:] for f in FRAMING], ids=[f[0] for f in FRAMING])
+def test_a_request_of_ambiguous_length_is_a_400_and_closes_the_connection(served, headers, words):
+    """Where the body ends must be certain (a proxy in front may read it otherwise: request smuggling)."""
+    body = json.dumps({"model": NAME, "prompt": THAMES, "max_tokens": 1, "temperature": 0}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               + headers.replace(b"{n}", str(len(body)).encode()) + b"\r\n" + body)
+    status, reply, closed = exchange(served, request)
+    assert status == 400 and words in reply["error"]["message"], reply
+    assert closed, "the connection stayed open after a request whose end is unknown"
+
+
+LONE_SURROGATES = [  # (path, body, words the message must hold, param)
+    ("/completions", {"model": NAME, "prompt": "Thames \ud800", "max_tokens": 2},
+     "'prompt' is not valid Unicode: a lone surrogate ('\\ud800') at character 7", "prompt"),
+    ("/completions", {"model": "tiny\udfff", "prompt": THAMES, "max_tokens": 2}, "'model' is not valid Unicode",
+     "model"),
+    ("/completions", {"model": NAME, "prompt": THAMES, "\ud800": 1}, "a field name is not valid Unicode", None),
+    ("/chat/completions", {"model": NAME, "messages": [{"role": "user", "content": "\ud83d!"}]},
+     "'messages[0].content' is not valid Unicode", "messages"),
+]
+
+
+@pytest.mark.slow  # starts the `serve` process (module fixture `served`)
+@pytest.mark.parametrize("path,body,words,param", LONE_SURROGATES, ids=["prompt", "model", "field name", "chat"])
+def test_a_lone_surrogate_anywhere_in_the_body_is_a_400_naming_where(served, path, body, words, param):
+    """A JSON escape can write half of a surrogate pair; no tokenizer or UTF-8 reply can carry it."""
+    assert_400(served.post(path, body), param, words)  # json.dumps writes the escape, e.g. \ud800
+    status, _, _ = served.complete(prompt=THAMES, max_tokens=1)
+    assert status == 200
+
+
+# ---- start-up ------------------------------------------------------------------------------------
+
+
+def start_up_error(model_dir: Path, *options: str) -> str:
+    """The one line `serve` prints for a start-up mistake (exit status 2, nothing on stdout)."""
+    result = subprocess.run([sys.executable, "-m", "adaptive_rag.lm.serve", "--model-dir", str(model_dir),
+                             "--port", "0", *options], capture_output=True, text=True, timeout=120)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2 and not result.stdout and len(lines) == 1, result
+    assert lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+START_UP_MISTAKES = [
+    ("--port", "99999"), ("--threads", "0"), ("--threads", "-3"), ("--batch-size", "0"), ("--host", "8.8.8.8"),
+    ("--device", "cuda"), ("--max-cache-memory", "8 gigs"), ("--max-cache-memory", "0"),
+    ("--max-connections", "0"), ("--receive-timeout", "0"), ("--read-timeout", "nan"),
+]
+
+
+@pytest.mark.slow  # starts the `serve` process
+@pytest.mark.parametrize("option,value", START_UP_MISTAKES, ids=[" ".join(m) for m in START_UP_MISTAKES])
+def test_a_start_up_mistake_is_one_error_line_naming_the_option(tiny_model_dir, option, value):
+    if option == "--device":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("CUDA is available here, so --device cuda is no mistake")
+    line = start_up_error(tiny_model_dir, option, value)
+    assert option in line and value in line, line
+
+
+@pytest.mark.slow  # starts the `serve` process
+def test_a_port_in_use_is_one_error_line_naming_it(tiny_model_dir):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        line = start_up_error(tiny_model_dir, "--port", str(port))
+    assert f"--port {port}: 127.0.0.1:{port} is already in use" in line, line

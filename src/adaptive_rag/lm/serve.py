@@ -40,10 +40,28 @@ tokens + `max_tokens` at most the model's context length (`HFModel.context_lengt
 characters than context x the longest vocabulary entry is refused without being tokenised); no empty
 prompt; at most MAX_PROMPTS prompts, MAX_STOP stop strings, and as many messages as the context has
 tokens; roles system, user, assistant; numbers finite and in range (`json.loads` reads NaN and
-Infinity); a body over MAX_BODY is a 413. A client that hangs up abandons its request: the model asks
-before every decoding step whether the client's socket has reached end-of-file (`HFModel.stop_requested`),
-so the lock is free again one step later, and stderr says `client disconnected; generation stopped
-after N tokens (of at most M)`. With `--log-requests`, stderr also says when each generation starts.
+Infinity); strings valid Unicode (JSON escapes can write a lone surrogate, which no tokenizer or UTF-8
+reply can carry); a body over MAX_BODY is a 413. A client that hangs up abandons its request: the model
+asks before every decoding step whether the client's socket has reached end-of-file
+(`HFModel.stop_requested`), so the lock is free again one step later, and stderr says `client
+disconnected; generation stopped after N tokens (of at most M)`. With `--log-requests`, stderr also says
+when each generation starts.
+
+Memory is bounded by design and checked per request: the KV cache a request will hold at its peak
+(`memory.cache_estimate`, from the engine's layout: on the fast path a sampled prompt is held once and
+each of its n rows only what it generates) times the bytes of one cached position must fit
+`--max-cache-memory` (default: half of what the tightest memory limit of the process leaves once the
+model is loaded, `memory.headroom`), or the request is a 400 naming its numbers and the limit, before
+any model work.
+
+Connections are bounded too (`connections`): at most `--max-connections` at a time (one thread each;
+the next is answered 503 at once and closed), a connection silent for `--read-timeout` is closed, and a
+request must arrive whole (request line, headers, body) within `--receive-timeout` of its first byte, so
+a client dripping one byte every few seconds cannot hold a thread for long. A request whose length is
+ambiguous (`Transfer-Encoding`, differing `Content-Length`s, a length that is not ASCII digits) is a 400
+and its connection is closed. Start-up mistakes (an option out of range, a port in use, an address not
+of this machine, a device that is not there) are one `error:` line and exit status 2, before the model
+is loaded.
 
 Why `http.server` rather than a framework (uvicorn/starlette are installed here, but as nobody's
 declared dependency): the work to bound is synchronous torch code under one lock, so an ASGI server's
@@ -58,6 +76,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import secrets
 import select
 import signal
@@ -69,18 +88,20 @@ import traceback
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Sequence
 from urllib.parse import unquote
 
 from ..errors import AdaptiveRagError
 from .base import Continuation, GenerationStopped, LanguageModel, Prompt, SamplingParams
+from .connections import (DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S, DEFAULT_RECEIVE_TIMEOUT_S, BoundedHandler,
+                          BoundedServer, ReceiveTimeout, error_body, listen_error)
+from .memory import SIZE_SYNTAX, cache_estimate, format_size, headroom, parse_size, position_bytes
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_TOKENS = 256
 DEFAULT_MAX_TOKENS = 1024  # --max-tokens: the most tokens one request may ask for (the project asks <= 120)
-DEFAULT_READ_TIMEOUT_S = 300.0  # a connection silent this long is closed (see make_server)
+AUTO_CACHE_SHARE = 0.5  # --max-cache-memory auto: this share of the headroom (the rest: activations, logits)
 MAX_N = 128
 MAX_PROMPTS = 128  # prompts in one /v1/completions list (APIModel sends one)
 MAX_STOP = 16  # stop strings: each is looked for after every token
@@ -119,7 +140,7 @@ class RequestError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return error_body(self.message, self.type, self.param, self.code)
 
 
 class ClientGone(Exception):
@@ -212,12 +233,16 @@ class Service:
     """Answers OpenAI-style request bodies with a `LanguageModel`; one model call at a time.
 
     `max_tokens` caps what one request may ask to generate; `context` (the model's `context_length`,
-    when it has one) caps prompt + generation. Both are checked before the model runs, so no request
-    can hold the lock for longer than one bounded generation.
+    when it has one) caps prompt + generation; `max_cache_bytes` caps the KV cache one request holds
+    (for a model whose cached position has a known size). All are checked before the model runs, so no
+    request can hold the lock for longer than one bounded generation, nor take more memory than allowed.
     """
 
-    def __init__(self, model: LanguageModel, name: str, max_tokens: int = DEFAULT_MAX_TOKENS):
-        self.model, self.name, self.max_tokens = model, name, max_tokens
+    def __init__(self, model: LanguageModel, name: str, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 max_cache_bytes: int | None = None):
+        self.model, self.name, self.max_tokens, self.max_cache_bytes = model, name, max_tokens, max_cache_bytes
+        self.position_bytes = position_bytes(model)
+        self.fast = getattr(model, "decoder", None) is not None
         self.context: int | None = getattr(model, "context_length", None)
         self.token_chars = _longest_token(model)
         self.log: Callable[[str], None] | None = None  # with --log-requests: when each generation starts
@@ -266,13 +291,14 @@ class Service:
                                f"tokenizer is longer than {self.token_chars})", param=param,
                                code="context_length_exceeded")
 
-    def _check_tokens(self, prompt: Prompt, max_tokens: int, param: str) -> None:
+    def _check_tokens(self, prompt: Prompt, max_tokens: int, param: str) -> int | None:
         """Tokenise the prompt (the caller holds the lock: the tokenizer is not thread-safe) and refuse it
         when it has no tokens or it and `max_tokens` overflow the context - before any forward pass, which
-        on a prompt past the context would allocate gigabytes for nothing."""
+        on a prompt past the context would allocate gigabytes for nothing. Its token count (None for a
+        model without a tokenizer)."""
         encode = getattr(self.model, "encode", None)
         if encode is None:
-            return
+            return None
         n = len(encode(prompt)[0])
         if n == 0:
             raise RequestError(f"'{param}' gives no tokens: the model needs at least one to continue from",
@@ -281,6 +307,24 @@ class Service:
             raise RequestError(f"'{param}' is too long: {n} prompt tokens + {max_tokens} max_tokens = "
                                f"{n + max_tokens}, more than the model's context length of {self.context} tokens",
                                param=param, code="context_length_exceeded")
+        return n
+
+    def _check_cache(self, prompt_tokens: list[int | None], decoding: Decoding) -> None:
+        """Refuse a generation whose KV cache would not fit `max_cache_bytes` (see `cache_estimate`), before
+        the model allocates any of it."""
+        if (self.max_cache_bytes is None or self.position_bytes is None or decoding.max_tokens == 0
+                or None in prompt_tokens):
+            return
+        positions, how = cache_estimate(prompt_tokens, decoding.n, decoding.max_tokens, decoding.temperature > 0,
+                                        self.fast, getattr(self.model, "batch_size", 1))
+        need = positions * self.position_bytes
+        if need > self.max_cache_bytes:
+            raise RequestError(
+                f"this request needs a KV cache of {how} = {positions} positions x {self.position_bytes} bytes = "
+                f"{need} bytes ({format_size(need)}), more than this server's --max-cache-memory of "
+                f"{self.max_cache_bytes} bytes ({format_size(self.max_cache_bytes)}); ask for fewer samples (n), "
+                f"fewer tokens (max_tokens) or a shorter prompt, or start the server with a larger "
+                f"--max-cache-memory", code="cache_memory_exceeded")
 
     @contextmanager
     def _turn(self, disconnected: Callable[[], bool] | None):
@@ -317,10 +361,12 @@ class Service:
             self._check_chars(len(p), "prompt")
         requests = [Prompt(text=p) for p in prompts]
         with self._turn(disconnected):
+            counts = []
             for request in requests:  # up to MAX_PROMPTS x ~1 s of tokenising at the character bound
                 if disconnected is not None and disconnected():
                     raise ClientGone("client disconnected; dropped while its prompts were counted")
-                self._check_tokens(request, max_tokens, "prompt")
+                counts.append(self._check_tokens(request, max_tokens, "prompt"))
+            self._check_cache(counts, decoding)
             echoes = [self._echo(Prompt(text=""), p) for p in prompts] if echo else None
             results = self._decode(requests, decoding)
         choices, prompt_tokens, completion_tokens = [], 0, 0
@@ -390,7 +436,7 @@ class Service:
 
         self._check_chars(sum(len(c) for _, c in messages), "messages")
         with self._turn(disconnected):
-            self._check_tokens(prompt, max_tokens, "messages")
+            self._check_cache([self._check_tokens(prompt, max_tokens, "messages")], decoding)
             echoed = self._echo(Prompt(messages=prompt.messages), prompt.prefix, scored_only=True) if echo else None
             (continuations,) = self._decode([prompt], decoding)
         choices, completion_tokens = [], 0
@@ -572,16 +618,53 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
+def _check_unicode(body: dict) -> None:
+    """Refuse a body with a lone surrogate in any string or field name: JSON's `\\ud800` escapes write
+    them, `json.loads` keeps them, and neither the tokenizer nor a UTF-8 reply can carry one."""
+    stack: list[tuple[str, object]] = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            position = _surrogate(value)
+            if position is not None:
+                param = re.split(r"[.\[]", path, maxsplit=1)[0]
+                raise RequestError(f"'{path}' is not valid Unicode: a lone surrogate "
+                                   f"({value[position]!a}) at character {position}; write characters outside "
+                                   f"the Basic Multilingual Plane as UTF-8 or as a pair of surrogate escapes",
+                                   param=param)
+        elif isinstance(value, dict):
+            items = list(value.items())
+            for key, _ in items:
+                if _surrogate(key) is not None:
+                    raise RequestError(f"a field name{f' in {path!r}' if path else ''} is not valid Unicode: "
+                                       f"{key!a} has a lone surrogate; field names must be text")
+            stack.extend((f"{path}.{key}" if path else key, item) for key, item in reversed(items))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+
+
+def _surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in `text`, or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
+
+
 # ---- HTTP -----------------------------------------------------------------------------------------
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(BoundedHandler):
     protocol_version = "HTTP/1.1"
     server_version = "adaptive-rag"
-    service: Service  # set on the subclass made by make_server
+    service: Service  # set on the subclass made by `attach`
     log_requests = False
 
     def do_GET(self):  # noqa: N802 - http.server's naming
+        self.received()
         self._answer(self._get)
 
     def do_POST(self):  # noqa: N802
@@ -618,19 +701,40 @@ class Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):  # reset, or already closed
             return True
 
-    def _read_body(self) -> dict:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            self.close_connection = True
+    def _body_length(self) -> int:
+        """The body's length from an unambiguous Content-Length; a request framed any other way is refused
+        and its connection closed (where its body ends is unknown, so nothing after it can be read)."""
+        self.close_connection = True
+        lengths = [value.strip() for value in self.headers.get_all("Content-Length", [])]
+        if self.headers.get("Transfer-Encoding") is not None:
+            if lengths:
+                raise RequestError("a request may not carry both Transfer-Encoding and Content-Length (its length "
+                                   "would be ambiguous); send the JSON body with Content-Length alone")
+            raise RequestError("Transfer-Encoding is not supported; send the JSON body with a Content-Length header")
+        if not lengths:
             raise RequestError("a JSON body with a Content-Length header is required")
-        if int(length) > MAX_BODY:
-            self.close_connection = True
-            raise RequestError(f"request body too large: {int(length)} bytes; at most {MAX_BODY}", status=413)
+        if len(set(lengths)) > 1:
+            raise RequestError(f"Content-Length is given {len(lengths)} times with different values "
+                               f"({', '.join(map(repr, lengths))}); send it once")
+        if not re.fullmatch(r"[0-9]{1,19}", lengths[0]):
+            raise RequestError(f"Content-Length must be a number of bytes in ASCII digits; got {lengths[0]!r}")
+        length = int(lengths[0])
+        if length > MAX_BODY:
+            raise RequestError(f"request body too large: {length} bytes; at most {MAX_BODY}", status=413)
+        self.close_connection = False
+        return length
+
+    def _read_body(self) -> dict:
         try:
-            raw = self.rfile.read(int(length))
+            length = self._body_length()
+            raw = self.rfile.read(length)
+        except ReceiveTimeout as e:
+            raise ClientGone(str(e)) from None
         except TimeoutError:
             raise ClientGone(f"client sent no complete body ({length} bytes promised) within the read timeout "
                              f"of {self.timeout:g} s; connection closed") from None
+        finally:
+            self.received()
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -639,6 +743,7 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError("the body is not valid JSON: nested too deeply") from None
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
+        _check_unicode(body)
         return body
 
     def _answer(self, route) -> None:
@@ -657,7 +762,8 @@ class Handler(BaseHTTPRequestHandler):
             status = 500
             body = RequestError(f"internal server error ({type(e).__name__})", status=500,
                                 type_="server_error").body()
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        # backslashreplace: a lone surrogate, should one reach a reply, is written as its JSON escape
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -674,37 +780,111 @@ class Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
-def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: int = 0,
-                log_requests: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
-                read_timeout_s: float = DEFAULT_READ_TIMEOUT_S) -> ThreadingHTTPServer:
-    """An HTTP server (bound, not yet serving) answering for `model` under `name`; `port=0` picks a free port;
-    a request may ask for at most `max_tokens` generated tokens. A connection that sends nothing for
-    `read_timeout_s` (a request never finished, or an idle keep-alive) is closed, so slow or stalled
-    clients cannot pile up threads; the wait for the model's lock and generation are not reads."""
-    service = Service(model, name, max_tokens)
+def attach(server: BoundedServer, service: Service, log_requests: bool = False,
+           read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+           receive_timeout_s: float = DEFAULT_RECEIVE_TIMEOUT_S) -> BoundedServer:
+    """Give a bound `server` its service and start listening (`serve_forever` then answers)."""
     if log_requests:
         service.log = lambda message: print(message, file=sys.stderr, flush=True)
-    handler = type("BoundHandler", (Handler,), {"service": service, "log_requests": log_requests,
-                                                "timeout": read_timeout_s})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
+    server.RequestHandlerClass = type("BoundHandler", (Handler,), {
+        "service": service, "log_requests": log_requests, "timeout": read_timeout_s,
+        "receive_timeout": receive_timeout_s})
+    server.server_activate()
     return server
 
 
+def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: int = 0,
+                log_requests: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
+                read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                receive_timeout_s: float = DEFAULT_RECEIVE_TIMEOUT_S,
+                max_connections: int = DEFAULT_MAX_CONNECTIONS, max_cache_bytes: int | None = None) -> BoundedServer:
+    """An HTTP server (listening, not yet serving) answering for `model` under `name`; `port=0` picks a free
+    port; a request may ask for at most `max_tokens` generated tokens and a KV cache of `max_cache_bytes`.
+    A connection that sends nothing for `read_timeout_s` (a request never finished, or an idle keep-alive)
+    is closed, and so is one that takes longer than `receive_timeout_s` to send a request, so slow or
+    stalled clients cannot pile up threads; the wait for the model's lock and generation are not reads."""
+    server = BoundedServer((host, port), Handler, max_connections)
+    return attach(server, Service(model, name, max_tokens, max_cache_bytes), log_requests, read_timeout_s,
+                  receive_timeout_s)
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """One `error:` line and exit status 2, as every command of the project reports a fixable mistake."""
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def _option_error(args) -> str | None:
+    """What is wrong with an option's value, checked before anything is loaded or bound."""
+    for option, value in (("--max-tokens", args.max_tokens), ("--threads", args.threads),
+                          ("--batch-size", args.batch_size), ("--max-connections", args.max_connections)):
+        if value < 1:
+            return f"{option} must be at least 1; got {value}"
+    for option, value in (("--read-timeout", args.read_timeout), ("--receive-timeout", args.receive_timeout)):
+        if not 0 < value < 10**9:  # NaN and inf too (a socket timeout must be a finite number)
+            return f"{option} must be a positive number of seconds; got {value}"
+    if not 0 <= args.port <= 65535:
+        return f"--port must be between 0 and 65535 (0 picks a free port); got {args.port}"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        return f"--device must be cpu, cuda or cuda:N; got {args.device!r}"
+    if args.max_cache_memory != "auto":
+        try:
+            parse_size(args.max_cache_memory)
+        except ValueError:
+            return (f"--max-cache-memory must be auto or a size of at least one byte, {SIZE_SYNTAX}; "
+                    f"got {args.max_cache_memory!r}")
+    return None
+
+
+def _device_error(device: str) -> str | None:
+    """Why `--device` cannot hold the model here, before the model is loaded onto it."""
+    if device == "cpu":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        why = "this torch has no CUDA support" if torch.version.cuda is None else "no CUDA device is visible"
+        return f"--device {device}: CUDA is not available ({why}); use --device cpu"
+    index = torch.device(device).index
+    if index is not None and index >= torch.cuda.device_count():
+        return (f"--device {device}: there is no such CUDA device ({torch.cuda.device_count()} visible, "
+                f"numbered from 0)")
+    return None
+
+
+def _cache_budget(setting: str, device: str) -> tuple[int | None, str]:
+    """Bytes of KV cache one request may hold (None: unchecked), and where the number comes from."""
+    if setting != "auto":
+        return parse_size(setting), "--max-cache-memory"
+    room = headroom(device)
+    if room is None:
+        return None, "--max-cache-memory auto, but no memory limit of this process could be read: unchecked"
+    size, which = room
+    return int(size * AUTO_CACHE_SHARE), (f"--max-cache-memory auto: {AUTO_CACHE_SHARE:.0%} of {format_size(size)}, "
+                                          f"{which} once the model is loaded")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m adaptive_rag.lm.serve",
-                                     description="Serve a local model as an OpenAI-compatible API "
-                                                 "(tokens and log-probabilities only).")
+    parser = _Parser(prog="python -m adaptive_rag.lm.serve",
+                     description="Serve a local model as an OpenAI-compatible API (tokens and log-probabilities "
+                                 "only). A request beyond a limit below is answered with an OpenAI error body "
+                                 "naming it, before the model runs.")
     parser.add_argument("--model-dir", required=True, help="a materialised Hugging Face model directory")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="rows decoded together for greedy requests (default: %(default)s)")
     parser.add_argument("--attention", default="fast", choices=("fast", "eager"),
                         help="the engine's attention path, as model.attention (default: %(default)s; eager runs any "
                              "causal LM)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface) "
+                             "(default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: %(default)s)")
     parser.add_argument("--served-name", default=None, help="the model name clients ask for "
                                                             "(default: the model directory's name)")
     parser.add_argument("--log-requests", action="store_true", help="log every request to stderr")
@@ -712,26 +892,52 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the most tokens a request may ask to generate (max_tokens or max_completion_tokens; "
                              "more is a 400 naming this limit); prompt + max_tokens must also fit the model's "
                              "context length (default: %(default)s)")
+    parser.add_argument("--max-cache-memory", default="auto", metavar="SIZE",
+                        help="the most KV-cache memory one request may hold: (positions the engine would cache for "
+                             "it: fast path, prompt tokens + n x (max_tokens + 1) when sampling, min(prompts, "
+                             "--batch-size) x (prompt + max_tokens + 1) greedy; eager path, n or min(prompts, "
+                             "--batch-size) rows x (prompt + max_tokens)) x the bytes of one cached position; more "
+                             "is a 400 naming both. SIZE is " + SIZE_SYNTAX + ", or auto: half "
+                             "of what the tightest memory limit leaves once the model is loaded (the machine's "
+                             "available memory, the process's cgroup limit or RLIMIT_AS; on CUDA the device's "
+                             "free memory), printed at start-up (default: %(default)s)")
     parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S,
                         help="seconds a connection may send nothing (an unfinished request, an idle keep-alive) "
                              "before it is closed (default: %(default)s)")
+    parser.add_argument("--receive-timeout", type=float, default=DEFAULT_RECEIVE_TIMEOUT_S,
+                        help="seconds a client has to send one whole request (request line, headers and body) from "
+                             "its first byte; a slower one is disconnected, however often it sends a byte "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="open connections at a time (one thread each); one more is answered 503 "
+                             "(too_many_connections) at once and closed (default: %(default)s)")
     args = parser.parse_args(argv)
-    if args.max_tokens < 1:
-        parser.error(f"--max-tokens must be at least 1; got {args.max_tokens}")
-    if not args.read_timeout > 0:
-        parser.error(f"--read-timeout must be a positive number of seconds; got {args.read_timeout}")
 
+    def fail(message: str) -> int:
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+    problem = _option_error(args) or _device_error(args.device)
+    if problem:
+        return fail(problem)
+    try:
+        server = BoundedServer((args.host, args.port), Handler, args.max_connections)
+    except OSError as e:
+        return fail(listen_error(args.host, args.port, e))
     from .hf import HFModel
 
     try:
         model = HFModel(args.model_dir, dtype=args.dtype, device=args.device, threads=args.threads,
                         batch_size=args.batch_size, attention=args.attention)
+        budget, source = _cache_budget(args.max_cache_memory, args.device)
     except AdaptiveRagError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        server.server_close()
+        return fail(str(e))
     name = args.served_name or Path(args.model_dir).resolve().name
-    server = make_server(model, name, args.host, args.port, log_requests=args.log_requests,
-                         max_tokens=args.max_tokens, read_timeout_s=args.read_timeout)
+    attach(server, Service(model, name, args.max_tokens, budget), log_requests=args.log_requests,
+           read_timeout_s=args.read_timeout, receive_timeout_s=args.receive_timeout)
+    limit = "unchecked" if budget is None else f"{budget} bytes ({format_size(budget)})"
+    print(f"KV cache per request: at most {limit}; {source}", file=sys.stderr, flush=True)
 
     def stop(signum, frame):
         raise KeyboardInterrupt

@@ -1,0 +1,162 @@
+"""Memory for `serve`: what a request's KV cache will take, how much a process may still use, and byte
+sizes as people write them (`8GiB`, `512MB`).
+
+A request's cache is estimated before the model runs (`cache_estimate` positions x `position_bytes`),
+from the engine's layout rather than measured, so that a request too large is refused before it
+allocates anything. `serve` sizes its budget (`--max-cache-memory auto`) from `headroom`: what is left of
+the tightest limit that applies to this process, because any one of them ends it. On the CPU those are the
+machine's available memory, the memory limit of the process's cgroup (a container, a Slurm job) and its
+address-space limit (`ulimit -v`, RLIMIT_AS); on a CUDA device, the device's free memory. Each is read
+where the system exposes it and skipped where it does not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from .kv_cache import SlotKV
+
+UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30,
+         "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+SIZE_SYNTAX = ("a number of bytes with an optional unit: KiB, MiB, GiB, TiB (or K, M, G, T: powers of 1024) "
+               "or KB, MB, GB, TB (powers of 1000), e.g. 8GiB, 512MiB, 2GB")
+UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a number near 2**63
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as `8GiB`, `1.5G`, `512MB` or `1000000` (units are case-insensitive);
+    ValueError for anything else, or for a size of 0 bytes."""
+    found = SIZE.fullmatch(text)
+    unit = found.group(2).lower() if found else None
+    if unit not in UNITS:
+        raise ValueError(f"not a size ({SIZE_SYNTAX}): {text!r}")
+    size = int(float(found.group(1)) * UNITS[unit])
+    if size < 1:
+        raise ValueError(f"a size of less than one byte: {text!r}")
+    return size
+
+
+def format_size(size: int) -> str:
+    """`size` bytes for people: 1.5 GiB, 300.0 MiB, 512 bytes."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def cache_estimate(prompt_tokens: Sequence[int], n: int, max_tokens: int, sampled: bool, fast: bool,
+                   batch_size: int) -> tuple[int, str]:
+    """The cached positions (keys and values of one token of one row) a generation of `n` continuations
+    (sampled) or one (greedy) of `max_tokens` tokens after prompts of `prompt_tokens` tokens holds at its
+    peak, and how they add up, from the engine's layout (`lm.continuous`, `HFModel._run_eager`):
+
+    - fast path, sampling: the prompt once (the rows' shared prefix) and each of the n rows its own
+      max_tokens + 1 slot positions; prompts of a list are sampled one after another;
+    - fast path, greedy: min(prompts, batch_size) slots of (longest prompt + max_tokens + 1) positions;
+    - eager path: every row holds its own copy of the whole prompt's cache and grows it by one position a
+      token: n rows (sampling) or min(prompts, batch_size) rows (greedy) of (prompt + max_tokens).
+    """
+    longest, m = max(prompt_tokens), max_tokens
+    if sampled:
+        if fast:
+            return longest + n * (m + 1), f"{longest} prompt tokens + n={n} x (max_tokens={m} + 1)"
+        return n * (longest + m), f"n={n} x ({longest} prompt tokens + max_tokens={m})"
+    rows = min(len(prompt_tokens), batch_size)
+    what = f"{rows} {'slots' if fast else 'rows'} (of {len(prompt_tokens)} prompt(s), --batch-size {batch_size})"
+    prompt = f"{longest} tokens of the longest prompt" if len(prompt_tokens) > 1 else f"{longest} prompt tokens"
+    if fast:
+        return rows * (longest + m + 1), f"{what} x ({prompt} + max_tokens={m} + 1)"
+    return rows * (longest + m), f"{what} x ({prompt} + max_tokens={m})"
+
+
+def position_bytes(model) -> int | None:
+    """Bytes one cached position of one row costs (keys and values of every layer): the fast decoder's own
+    figure, or for transformers' forward (the eager path) the same sum from the model's config; None for a
+    model that is not a transformers causal LM."""
+    decoder = getattr(model, "decoder", None)
+    if decoder is not None:
+        return decoder.position_bytes()
+    module = getattr(model, "model", None)
+    try:
+        config = module.config
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        return SlotKV.bytes_per_position(config.num_hidden_layers, kv_heads, head_dim,
+                                         next(module.parameters()).element_size())
+    except (AttributeError, TypeError, StopIteration):
+        return None
+
+
+def headroom(device: str = "cpu") -> tuple[int, str] | None:
+    """(bytes, which limit) this process may still allocate on `device` before the tightest limit ends it;
+    None when no limit can be read."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return free, f"the free memory of {device}"
+    rooms = [room for room in (_available(), _cgroup_room(), _address_space_room()) if room is not None]
+    return min(rooms) if rooms else None
+
+
+def _available() -> tuple[int, str] | None:
+    """The machine's available memory (MemAvailable: free plus what the kernel can reclaim)."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        meminfo = ""
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.MULTILINE)
+    if found:
+        return int(found.group(1)) * 1024, "the machine's available memory"
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "the machine's free memory"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cgroup_room() -> tuple[int, str] | None:
+    """What the process's memory cgroup (v2 `memory.max`, or v1 `memory.limit_in_bytes`) has left."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            root, files = Path("/sys/fs/cgroup"), ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            root, files = Path("/sys/fs/cgroup/memory"), ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        # Inside a cgroup namespace (most containers) the process's own cgroup is mounted as the root.
+        for directory in (root / path.lstrip("/"), root):
+            try:
+                limit, used = ((directory / name).read_text().strip() for name in files)
+            except OSError:
+                continue
+            if limit.isdigit() and used.isdigit() and int(limit) < UNLIMITED:
+                return max(int(limit) - int(used), 0), "the room left under this process's cgroup memory limit"
+            break
+    return None
+
+
+def _address_space_room() -> tuple[int, str] | None:
+    """What RLIMIT_AS (`ulimit -v`) leaves of this process's address space (VmSize)."""
+    try:
+        import resource
+
+        limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if limit == resource.RLIM_INFINITY:
+            return None
+        status = Path("/proc/self/status").read_text()
+    except (ImportError, OSError):
+        return None
+    found = re.search(r"^VmSize:\s+(\d+) kB", status, re.MULTILINE)
+    if not found:
+        return None
+    return max(limit - int(found.group(1)) * 1024, 0), "the room left under this process's RLIMIT_AS (ulimit -v)"
