@@ -192,10 +192,17 @@ def build_html_report(cwd, *targets) -> tuple[dict, float]:
     return read_html_report(Path(cwd) / "report.html"), time.perf_counter() - start
 
 
+# What Snakemake's report (9.x, html_reporter/template/components/abstract_view_manager.js) shows in the
+# page itself; a result of any other type is only a download link.
+INLINE_TYPES = ("image/svg+xml", "image/png", "image/jpeg", "text/html", "application/pdf")
+
+
 def read_html_report(path: Path) -> dict:
     """What a self-contained Snakemake HTML report embeds, as its page's scripts hold it: `results` (path ->
-    name, caption, data URI, the job that made it), `categories` (category -> subcategory -> paths) and
-    the front page (`workflow_desc`, HTML)."""
+    name, caption, data URI, mime type, the job that made it), `categories` (category -> subcategory ->
+    paths), the front page (`front`, HTML), `inline` (path -> the decoded text of each HTML result, which
+    the report shows in the page) and `configuration` (the front page's Configuration section as text)."""
+    import base64
     import re
 
     html = path.read_text(encoding="utf-8")
@@ -205,22 +212,36 @@ def read_html_report(path: Path) -> dict:
         assert match, f"{path}: no {name} in the report"
         return json.loads(match.group(1))
 
-    return {"results": script("results", "results"), "categories": script("categories", "categories"),
-            "front": script("workflow-desc", "workflow_desc")}
+    results, front = script("results", "results"), script("workflow-desc", "workflow_desc")
+    inline = {p: base64.b64decode(r["data_uri"].partition(";base64,")[2]).decode("utf-8")
+              for p, r in results.items() if r["mime_type"] == "text/html"}
+    section = re.search(r'<div class="section" id="configuration">(.*?)</div>', front, re.S)
+    configuration = re.sub(r"<[^>]+>", "", section.group(1)).replace("&quot;", '"') if section else None
+    return {"results": results, "categories": script("categories", "categories"), "front": front,
+            "inline": inline, "configuration": configuration}
 
 
 def assert_report_shows_every_output(cwd, report: dict, categories: dict[str, set[str]]) -> None:
     """Every file under reports/ (every table and figure the workflow made) is in the report, byte for
-    byte, with a caption, filed under `categories` (category -> its subcategories)."""
+    byte, with a caption, filed under `categories` (category -> its subcategories); every table the
+    workflow wrote as markdown is shown in the page (its HTML twin), with the same header cells."""
     import base64
 
     root = Path(cwd)
-    made = {str(p.relative_to(root)) for p in (root / "reports").rglob("*") if p.is_file() and p.suffix != ".html"}
+    made = {str(p.relative_to(root)) for p in (root / "reports").rglob("*") if p.is_file() and p.name != "report.html"}
     assert set(report["results"]) == made
     for path, result in report["results"].items():
         header, _, data = result["data_uri"].partition(";base64,")
         assert header.startswith("data:") and base64.b64decode(data) == (root / path).read_bytes(), path
         assert "<p>" in result["caption"], f"{path} has no caption"
+        if path.endswith(".md"):
+            twin = path.removesuffix(".md") + ".html"
+            assert report["results"][twin]["mime_type"] in INLINE_TYPES, path
+            lines = (root / path).read_text().splitlines()
+            headers = [line for line, below in zip(lines, lines[1:]) if below.startswith(("|:", "|-"))]
+            assert headers, path
+            for cell in (c.strip() for line in headers for c in line.strip("|").split("|")):
+                assert f">{cell}</th>" in report["inline"][twin].replace("&amp;", "&"), (twin, cell)
     assert {cat: set(subs) for cat, subs in report["categories"].items()} == categories
     for category in categories:
         assert f"app.showCategory('{category.replace(' ', '%20')}')" in report["front"]  # the front page lists it

@@ -79,11 +79,23 @@ def test_ablation_report_tables_and_figures(base, tmp_path):
         # S_eff x100 = 100 (mean F1 - wo-RAG's) / N_R = 100 ((0.11 + 0.3) / 2 - 0.1) / 2
         assert first["S_eff"] == pytest.approx(100 * ((0.11 + 0.3) / 2 - 0.1) / 2.0)
         written = write_ablation(ablation, frame, tmp_path / "out" / name)
-        assert [p.suffix for p in written] == [".md", ".csv", ".tex", ".png"]
+        assert [p.suffix for p in written] == [".md", ".csv", ".tex", ".png", ".html"]
         assert all(p.stat().st_size > 0 for p in written)
         assert written[3].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         header = written[1].read_text().splitlines()[0]
-        assert header.startswith("dataset," + ",".join(ablation.vary)) and ",f1," in header
+        assert header.startswith("dataset," + ",".join(ablation.vary)) and ",f1," in header and ",Rc," in header
+        # markdown, HTML and LaTeX: a quality and a cost table, each named by dataset and the varied settings
+        text = written[0].read_text()
+        assert text.startswith(f"## {name}: answer quality\n") and f"\n## {name}: cost\n" in text
+        tables = [line for line in text.splitlines() if line.startswith("| dataset")]
+        keys = " | ".join(["dataset", *ablation.vary])
+        assert len(tables) == 2 and all(" ".join(line.split()).startswith(f"| {keys} |") for line in tables)
+        assert "| Rc " not in text and "| run " not in text  # Rc is N_R; the run's name is in the CSV
+        for key in ablation.vary:
+            assert f"- **{key}**: the row's `{key}` (varied by `ablations.{name}.vary`)" in text
+        page = written[4].read_text()
+        assert page.count("<table>") == 2 and f"<h2>{name}: cost</h2>" in page
+        assert written[2].read_text().count("\\begin{tabular}") == 2
 
 
 @pytest.mark.slow

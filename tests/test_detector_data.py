@@ -502,9 +502,12 @@ def test_detector_table_from_metrics(base, tmp_path):
     assert list(frame["positive class"]) == ["hallucination", "non-hallucination"]
     assert frame["positive share"].tolist() == [0.5, 0.5]
     assert frame["unit AUC"].isna().tolist() == [True, False]
-    write_detector_table(frame, tmp_path / "t.md", tmp_path / "t.csv")
+    write_detector_table(frame, tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t.html")
     text = (tmp_path / "t.md").read_text()
     assert "ED (early, GRU over IG)" in text and "0.7913" in text
+    page = (tmp_path / "t.html").read_text()  # what the HTML report shows inline
+    assert "<td>ED (early, GRU over IG)</td>" in page and "0.7913" in page and '<th class="num">test AUC</th>' in page
+    assert f'<td class="num">{frame["train examples"].iloc[0]}</td>' in page  # counts without decimals
     with pytest.raises(InputError, match="not the metrics of a realtime detector"):
         detector_rows(None, metrics_path(early))
 

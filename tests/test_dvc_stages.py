@@ -42,7 +42,7 @@ def test_every_ablation_has_a_stage_owning_exactly_its_report_files(committed, p
     assert ablation_stages == {ablation_rule(name) for name in params.ablations}
     for name, ablation in params.ablations.items():
         stage = committed[ablation_rule(name)]
-        suffixes = ABLATION_SUFFIXES.get(ablation.plot, ("md", "csv", "tex", "png"))
+        suffixes = ABLATION_SUFFIXES.get(ablation.plot, ("md", "csv", "tex", "png", "html"))
         assert stage["outs"] == [f"reports/ablations/{name}.{s}" for s in suffixes], name
         assert stage["cmd"] == f"snakemake --cores all {ablation_rule(name)}"  # the Snakefile's target
         assert f"ablations.{name}" in stage["params"]
@@ -73,7 +73,10 @@ def test_an_ablation_reading_an_experiment_run_depends_on_it(committed):
 def test_params_dependencies_mirror_what_snakemake_reruns_on(committed, params):
     sr = committed["generate_demo_sr-rag"]["params"]
     assert {"methods.sr-rag", "datasets.demo", "retrieval", "model", "seed", "generation.max_new_tokens"} <= set(sr)
-    assert "generation" not in sr and "generation.threads" not in sr  # more threads rerun nothing
+    assert "generation" not in sr and "generation.threads" not in sr  # more threads rerun no run
+    # the report shows every resolved setting (reports/params.yaml), so it reruns on them, as Snakemake's rule does
+    assert {"seed", "model", "corpus", "retrieval", "generation", "experiment", "report"} <= set(
+        committed["report"]["params"])
     assert "retrieval" not in committed["generate_demo_wo-rag"]["params"]  # wo-rag searches nothing
     # a variant's settings live in its ablation's `vary` and its base's entry; SeaKR's calibration split too
     seakr = committed["ablation_seakr_reasoning"]

@@ -17,8 +17,8 @@ from adaptive_rag.errors import InputError
 from adaptive_rag.evaluation.intervals import (EXACT_MAX, best_of, bootstrap_interval, bootstrap_means,
                                                paired_comparison, paired_values, question_values, sign_flip_p)
 from adaptive_rag.reports.ablations import ablation_frame, win_counts, write_ablation
-from adaptive_rag.reports.compare import compact, note
-from adaptive_rag.reports.tables import collect_scores, write_tables
+from adaptive_rag.reports.compare import compact
+from adaptive_rag.reports.tables import collect_scores, score_tables, write_csv, write_tables
 
 from conftest import REPO
 
@@ -122,22 +122,27 @@ def test_the_report_tables_carry_intervals_and_the_paired_difference(base, tmp_p
     assert flare["d_f1_lo"] > 0 and flare["f1_lo"] <= flare["f1"] <= flare["f1_hi"]
     assert pd.isna(frame.loc["wo-rag", "d_f1"])
     frame = frame.reset_index()
-    write_tables(frame, tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t.tex", note=note(frame, params.report))
+    write_csv(frame, tmp_path / "t.csv")
+    quality, _ = score_tables(frame, params.report)
+    write_tables([quality], tmp_path / "quality", "Answer quality")
     header = (tmp_path / "t.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["method", "dataset", "questions"]
     for column in ("em_lo", "em_hi", "f1_lo", "f1_hi", "acc_lo", "acc_hi", "baseline", "d_f1", "d_f1_lo", "d_f1_hi",
                    "p_f1", "d_em", "p_em", "d_acc_hi", "p_acc"):
         assert column in header, column
-    markdown = (tmp_path / "t.md").read_text().splitlines()
-    assert "ΔF1 vs wo-rag" in markdown[0] and "f1_lo" not in markdown[0]
-    row = next(line for line in markdown if line.startswith("| flare"))
+    markdown = (tmp_path / "quality.md").read_text().splitlines()
+    table_header = next(line for line in markdown if line.startswith("| "))
+    assert "ΔF1 vs wo-rag" in table_header and "f1_lo" not in table_header
+    row = next(line for line in markdown if "| flare " in line)
     f1 = frame.set_index("method").loc["flare"]
     assert f"{f1['f1']:.3f} [{f1['f1_lo']:.3f}, {f1['f1_hi']:.3f}]" in row
     assert f"+0.625 [{f1['d_f1_lo']:+.3f}, {f1['d_f1_hi']:+.3f}] p=0.062" in row
-    assert markdown[-1].startswith("Brackets: 95% percentile bootstrap interval") and "10,000 resamples" in markdown[-1]
-    assert "interval contains 0 is not distinguishable from wo-rag" in markdown[-1]
-    latex = (tmp_path / "t.tex").read_text()
-    assert latex.startswith("% Brackets") and r"$\Delta$F1 vs wo-rag" in latex
+    brackets = next(line for line in markdown if line.startswith("- **value [lo, hi]**"))
+    assert "95% percentile bootstrap interval" in brackets and "10,000 resamples" in brackets
+    assert any("interval that contains 0 is not distinguishable from wo-rag" in line for line in markdown)
+    latex = (tmp_path / "quality.tex").read_text()
+    assert latex.startswith("% Answer quality") and r"$\Delta$F1 vs wo-rag" in latex
+    assert "% value [lo, hi]: the mean over questions and its 95% percentile bootstrap interval" in latex
 
 
 def test_the_report_refuses_a_baseline_on_other_questions_or_missing(base, tmp_path):
@@ -204,4 +209,4 @@ def test_ablations_without_a_declared_baseline_compare_with_their_wo_rag_row(bas
     assert set(rows["baseline"]) == {"wo-rag"} and pd.isna(rows.loc["wo-rag", "d_f1"])
     assert rows.loc["ircot", "d_f1"] == 1.0 and rows.loc["ircot", "p_f1"] == pytest.approx(2 / 16)
     written = write_ablation(ablation, frame, tmp_path / "out" / "seakr-table1", params.report)
-    assert "ΔF1 vs wo-rag" in written[0].read_text()
+    assert "ΔF1 vs wo-rag" in written[0].read_text() and "ΔF1 vs wo-rag" in written[4].read_text()

@@ -109,7 +109,8 @@ def test_efficiency_counters_and_s_eff_in_the_report(tmp_path):
 
     from adaptive_rag.config import parse_params
     from adaptive_rag.evaluation.score import score_run
-    from adaptive_rag.reports.tables import collect_scores, distribution_table, retrieval_distribution, write_tables
+    from adaptive_rag.reports.tables import (collect_scores, distribution_table, retrieval_distribution, score_tables,
+                                             write_csv, write_tables)
     from conftest import REPO
 
     def run(name, predictions, retrievals):
@@ -135,9 +136,11 @@ def test_efficiency_counters_and_s_eff_in_the_report(tmp_path):
     # printed at the paper's scale (x100): F1 .75 vs .25, N_R 1.5 -> 100 * .5 / 1.5
     assert frame.loc["flare", "S_eff"] == pytest.approx(100 * (0.75 - 0.25) / 1.5)
     assert pandas.isna(frame.loc["wo-rag", "S_eff"]) and pandas.isna(frame.loc["sr-rag", "S_eff"])  # N_R = 0
-    write_tables(frame.reset_index(), tmp_path / "t.md", tmp_path / "t.csv", tmp_path / "t.tex")
+    write_csv(frame.reset_index(), tmp_path / "t.csv")
+    write_tables(score_tables(frame.reset_index(), params.report)[1:], tmp_path / "cost", "Cost")
     assert (tmp_path / "t.csv").read_text().splitlines()[0].startswith(
         "method,dataset,questions,em,f1,acc,N_R,S_eff ×100,")
-    assert "S_eff ×100" in (tmp_path / "t.md").read_text().splitlines()[0]
+    cost = (tmp_path / "cost.md").read_text()
+    assert "| S_eff ×100 |" in " ".join(cost.split()) and "| 33.33 |" in " ".join(cost.split())
     wide = distribution_table(retrieval_distribution(scores)).set_index("method")
     assert wide.loc["flare", "3 retrievals"] == 1 and wide.loc["wo-rag", "0 retrievals"] == 4

@@ -28,15 +28,16 @@ CAPTION_OF_PLOT = {"grid": "ablation", "lines": "ablation", "table": "ablation",
 PROFILES = sorted(p.stem for p in (REPO / "params").glob("*.yaml"))
 
 
-def render(caption: str, config: dict, **wildcards) -> str:
-    """The caption's text (HTML without tags), failing on an undefined name or a docutils message."""
+def render(caption: str, config: dict, files=(), **wildcards) -> str:
+    """The caption's text (HTML without tags), failing on an undefined name or a docutils message;
+    `files`: the report's result records (`target`: the file name, `path`)."""
     from docutils.core import publish_parts
     from jinja2 import Environment, StrictUndefined
 
     env = Environment(trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
     snakemake = SimpleNamespace(config=config, wildcards=SimpleNamespace(**wildcards), params=SimpleNamespace())
     rst = env.from_string((CAPTIONS / f"{caption}.rst").read_text()).render(snakemake=snakemake, categories={},
-                                                                            files=[])
+                                                                            files=list(files))
     html = publish_parts(rst, writer="html", settings_overrides={"report_level": 1})["body"]
     assert "system-message" not in html, html
     return re.sub(r"<[^>]+>", "", html).replace("&quot;", '"')
@@ -44,7 +45,7 @@ def render(caption: str, config: dict, **wildcards) -> str:
 
 def test_every_kind_of_ablation_has_a_caption():
     assert set(CAPTION_OF_PLOT) == set(PLOTS)
-    for caption in {*CAPTION_OF_PLOT.values(), "scores", "retrievals", "workflow"}:
+    for caption in {*CAPTION_OF_PLOT.values(), "scores", "retrievals", "configuration", "workflow"}:
         assert (CAPTIONS / f"{caption}.rst").is_file(), caption
 
 
@@ -58,6 +59,8 @@ def test_captions_name_what_made_each_file(profile):
         for method in config["experiment"]["methods"]:
             assert f"{method}: " in text
         assert f"name: {config['model']['name']}" in text
+    text = " ".join(render("configuration", config).split())
+    assert f"methods ({', '.join(config['experiment']['methods'])})" in text
     for name, ablation in params.ablations.items():
         text = render(CAPTION_OF_PLOT[ablation.plot], config, ablation=name)
         assert text.startswith(f"{name} ({ablation.paper})") if ablation.paper else text.startswith(name)
@@ -84,3 +87,24 @@ def test_a_caption_without_optional_keys_still_renders():
     assert text.startswith("k: an ablation of 2 variants") and "(empty: no baseline is set)" in text
     assert "time_rel" not in text
     assert "sr-rag: {top_k: 3}" in text and "generation: {}" in text
+
+
+def test_the_front_page_prints_the_resolved_settings_under_configuration(tmp_path, monkeypatch):
+    """With `reports/params.yaml` among the report's results, the front page's Configuration section
+    prints the file (docutils' include, relative to the directory Snakemake runs in); without it, the
+    section says how to get it."""
+    from adaptive_rag.reports.resolved import write_resolved
+
+    config = yaml.safe_load((REPO / "params.yaml").read_text())
+    text = render("workflow", config)
+    assert "under Configuration below" in text
+    assert "\nConfiguration\n" in text and "does not hold the main experiment's resolved settings" in text
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    write_resolved(load_params(REPO / "params.yaml"), tmp_path / "reports" / "params.yaml")
+    record = SimpleNamespace(target="params.yaml", path="reports/params.yaml")
+    text = render("workflow", config, files=[record])
+    section = text[text.index("\nConfiguration\n"):]
+    assert "does not hold" not in section
+    assert "  baseline: wo-rag\n" in section and "      attention_scope: full\n" in section  # a default filled in
+    assert "dragin:\n    type: dragin\n    settings:\n" in section

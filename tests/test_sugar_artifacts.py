@@ -172,7 +172,7 @@ def test_figure_two_writes_png_csv_and_summary_from_traces(tmp_path):
               sugar_run(tmp_path / "b", "squad", [(0.95, 0.2), (0.2, 0.4)], (0.9, None), rule="mean")]
     frame = entropy_levels(traces)
     written = write_entropy_levels(frame, tmp_path / "out" / "sugar-entropy", "sugar-entropy")
-    png, csv_path, md = written
+    png, csv_path, md, html = written
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader(csv_path.open()))
     assert [(r["dataset"], r["branch"]) for r in rows] == [("triviaqa", "none"), ("triviaqa", "single"),
@@ -181,6 +181,9 @@ def test_figure_two_writes_png_csv_and_summary_from_traces(tmp_path):
     assert rows[0]["t2"] == "0.900000" and rows[3]["t2"] == "" and rows[3]["threshold_rule"] == "mean"
     summary = md.read_text()
     assert "| triviaqa" in summary and "calibrated" in summary and "mean" in summary
+    assert "- **t1, t2**: its thresholds" in summary  # the glossary under the summary
+    page = html.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<td>triviaqa</td>" in page and "<dt>t1, t2</dt>" in page
     assert frame[frame["dataset"] == "triviaqa"]["se"].mean() == pytest.approx((0.1 + 0.6 + 1.5) / 3)
 
 

@@ -150,10 +150,11 @@ def test_snakemake_outputs_are_recorded_for_dvc_without_recomputing_and_pulled_i
     run(["dvc", "pull"], clone)
     reports = sorted(str(p.relative_to(sm)) for p in (sm / "reports").rglob("*") if p.is_file())
     assert reports == sorted([
-        "reports/ablations/sr-topk.csv", "reports/ablations/sr-topk.md", "reports/ablations/sr-topk.png",
-        "reports/ablations/sr-topk.tex", "reports/figures/retrievals.png", "reports/figures/scores.png",
-        "reports/tables/retrievals.csv", "reports/tables/retrievals.md", "reports/tables/scores.csv",
-        "reports/tables/scores.md", "reports/tables/scores.tex"])
+        *(f"reports/ablations/sr-topk.{suffix}" for suffix in ("csv", "md", "png", "tex", "html")),
+        "reports/figures/retrievals.png", "reports/figures/scores.png", "reports/params.yaml",
+        *(f"reports/tables/{table}.{suffix}" for table in ("quality", "cost") for suffix in ("md", "html", "tex")),
+        "reports/tables/retrievals.csv", "reports/tables/retrievals.md", "reports/tables/retrievals.html",
+        "reports/tables/scores.csv"])
     for rel in reports + ["data/runs/demo/sr-rag/predictions.jsonl", "data/scores/demo/wo-rag.json"]:
         assert filecmp.cmp(sm / rel, clone / rel, shallow=False), rel
     assert not (clone / "data/runs/demo/sr-topk--1").exists()  # an ablation's own runs are not shared
@@ -177,13 +178,14 @@ def test_dvc_stages_own_exactly_what_snakemake_writes(tmp_path):
 def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflow, tiny_llama_dir, tmp_path):
     sm = built_workflow
     snakemake(sm, "ablation_sr_topk")  # the HTML report below shows it (nothing to do if already built)
-    for name in ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
-                 "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/figures/retrievals.png"):
+    for name in ("reports/tables/quality.md", "reports/tables/cost.html", "reports/tables/scores.csv",
+                 "reports/tables/quality.tex", "reports/figures/scores.png", "reports/tables/retrievals.md",
+                 "reports/figures/retrievals.png", "reports/params.yaml"):
         assert (sm / name).stat().st_size > 0, name
     table = (sm / "reports/tables/scores.csv").read_text().splitlines()
     assert table[0] == ("dataset,method,questions,em,f1,acc,N_R,S_eff ×100,Rc,Gc,Hc,Tc,Sc,answer_found,"
                         "em_lo,em_hi,f1_lo,f1_hi,acc_lo,acc_hi,baseline,d_em,d_em_lo,d_em_hi,p_em,"
-                        "d_f1,d_f1_lo,d_f1_hi,p_f1,d_acc,d_acc_lo,d_acc_hi,p_acc")
+                        "d_f1,d_f1_lo,d_f1_hi,p_f1,d_acc,d_acc_lo,d_acc_hi,p_acc,wall_time_s_mean,cache_hits")
     assert len(table) == 1 + 6 * 2  # the six methods of the demo experiment on its two datasets
     assert [row.split(",")[0] for row in table[1:]] == ["demo"] * 6 + ["demo-single"] * 6
     for method in ("fl-rag", "fs-rag", "flare", "dragin"):
@@ -218,10 +220,16 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     snakemake(sm, "ablation_word_significance")
     report, seconds = build_html_report(sm, "report_all")
     print(f"report_all: HTML report built in {seconds:.1f} s")
-    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals"},
+    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals", "configuration"},
                                                   "Ablations": {"word-significance", "sr-topk"}})
+    assert set(report["inline"]) == {"reports/tables/quality.html", "reports/tables/cost.html",
+                                     "reports/tables/retrievals.html", "reports/ablations/sr-topk.html"}
+    assert "<dt>N_R</dt>" in report["inline"]["reports/tables/cost.html"]  # the glossary is shown too
+    # the front page prints the resolved settings: the tiny params, and a default params.yaml leaves out
+    assert "name: tiny\n" in report["configuration"] and "max_new_tokens: 6\n" in report["configuration"]
+    assert "attention_scope: full" in report["configuration"] and "does not hold" not in report["configuration"]
     text = {path: re.sub(r"<[^>]+>", "", result["caption"]) for path, result in report["results"].items()}
-    assert "dragin: {reference: paper, theta: 0.3, top_n: 35}" in text["reports/tables/scores.md"]
+    assert "dragin: {reference: paper, theta: 0.3, top_n: 35}" in text["reports/tables/quality.html"]
     assert "sample: {mode: random, size: 4, seed: 0}" in text["reports/figures/retrievals.png"]
     assert "scaar (the configuration whose similarity encoder scores SCW): {theta: 0.8" in text[
         "reports/ablations/word-significance.csv"]

@@ -244,26 +244,37 @@ def cmd_score(args) -> None:
 
 def cmd_report(args) -> None:
     from .reports.figures import plot_retrievals, plot_scores
-    from .reports.tables import collect_scores, distribution_table, retrieval_distribution, write_tables
-
-    if bool(args.retrievals_md) != bool(args.retrievals_csv):
-        raise ConfigError("--retrievals-md and --retrievals-csv go together")
-    from .reports.compare import note, printable
+    from .reports.layout import markdown
+    from .reports.resolved import write_resolved
+    from .reports.tables import (collect_scores, distribution_table, retrieval_distribution, retrievals_table,
+                                 score_tables, write_csv, write_tables)
 
     paths = [Path(p) for p in args.scores]
     params = load_params(args.params)
     frame = collect_scores(paths, params)
-    write_tables(frame, Path(args.table_md), Path(args.table_csv), Path(args.table_tex) if args.table_tex else None,
-                 note=note(frame, params.report))
+    quality, cost = score_tables(frame, params.report)
+    written = [*write_tables([quality], Path(args.quality), "Answer quality"),
+               *write_tables([cost], Path(args.cost), "Cost")]
+    write_csv(frame, Path(args.table_csv))
     plot_scores(frame, Path(args.figure), params.report.confidence)
-    if args.retrievals_md or args.retrievals_figure:
-        long = retrieval_distribution(paths)
-        if args.retrievals_md:
-            write_tables(distribution_table(long), Path(args.retrievals_md), Path(args.retrievals_csv))
+    written += [Path(args.table_csv), Path(args.figure)]
+    if args.retrievals or args.retrievals_figure:
+        long = retrieval_distribution(paths, params)
+        if args.retrievals:
+            wide = distribution_table(long)
+            written += write_tables([retrievals_table(wide)], Path(args.retrievals), "Retrievals", latex=False)
+            csv = Path(f"{args.retrievals}.csv")
+            write_csv(wide, csv)
+            written.append(csv)
         if args.retrievals_figure:
             plot_retrievals(long, Path(args.retrievals_figure))
-    print(printable(frame))
-    print(note(frame, params.report))
+            written.append(Path(args.retrievals_figure))
+    if args.params_yaml:
+        write_resolved(params, Path(args.params_yaml))
+        written.append(Path(args.params_yaml))
+    print(markdown([quality, cost]))
+    for path in written:
+        print(f"wrote {path}")
 
 
 TABLE_START, TABLE_END = "<!-- methods-table:start -->", "<!-- methods-table:end -->"
@@ -291,8 +302,8 @@ def cmd_methods(args) -> None:
 
 def cmd_ablation(args) -> None:
     from .errors import InputError
-    from .reports.ablations import ablation_frame, write_ablation
-    from .reports.compare import note, printable
+    from .reports.ablations import ablation_frame, ablation_tables, write_ablation
+    from .reports.layout import markdown
 
     params = load_params(args.params)
     if args.name not in params.ablations:
@@ -300,10 +311,10 @@ def cmd_ablation(args) -> None:
                          f"(defined: {', '.join(params.ablations) or 'none'})")
     ablation = params.ablations[args.name]
     frame = ablation_frame(ablation, [Path(p) for p in args.scores], params)
-    for path in write_ablation(ablation, frame, Path(args.out_prefix), params.report):
+    written = write_ablation(ablation, frame, Path(args.out_prefix), params.report)
+    print(markdown(ablation_tables(ablation, frame, params.report)))
+    for path in written:
         print(f"wrote {path}")
-    print(printable(frame.drop(columns=["run"])))
-    print(note(frame, params.report))
 
 
 def cmd_significance(args) -> None:
@@ -429,7 +440,7 @@ def cmd_detector_table(args) -> None:
     from .reports.detectors import detector_rows, write_detector_table
 
     frame = detector_rows(Path(args.early) if args.early else None, Path(args.realtime) if args.realtime else None)
-    write_detector_table(frame, Path(args.md), Path(args.csv))
+    write_detector_table(frame, Path(args.md), Path(args.csv), Path(args.html) if args.html else None)
     print(frame.to_string(index=False))
 
 
@@ -508,20 +519,26 @@ def build_parser() -> argparse.ArgumentParser:
     # `serve` has its own parser (adaptive_rag.lm.serve); listed here so --help shows it.
     sub.add_parser("serve", help="serve a white-box model as an OpenAI-compatible API returning tokens and "
                                  "logprobs (see `adaptive-rag serve --help`)", add_help=False)
-    p = step("report", cmd_report, "tables (markdown, CSV, LaTeX: EM, F1, acc with bootstrap intervals, the paired "
-                                   "difference from experiment.baseline, N_R, S_eff, Rc..Sc) and figures from score "
-                                   "files")
+    p = step("report", cmd_report, "the main experiment's tables and figures from score files: answer quality (EM, "
+                                   "F1, Acc with bootstrap intervals, the paired difference from "
+                                   "experiment.baseline with p), cost (N_R, S_eff, Gc, Hc, Tc, Sc, time), a CSV "
+                                   "with every column, and the figure of both")
     p.add_argument("--scores", nargs="+", required=True)
-    for flag in ("--table-md", "--table-csv", "--figure"):
-        p.add_argument(flag, required=True)
-    p.add_argument("--table-tex", help="also write the table as LaTeX")
-    p.add_argument("--retrievals-md", help="questions per number of retrievals (markdown; needs --retrievals-csv)")
-    p.add_argument("--retrievals-csv", help="the same table as CSV")
+    p.add_argument("--quality", required=True, metavar="PREFIX",
+                   help="the answer-quality table: writes PREFIX.md, PREFIX.html and PREFIX.tex")
+    p.add_argument("--cost", required=True, metavar="PREFIX", help="the cost table: PREFIX.md, .html and .tex")
+    p.add_argument("--table-csv", required=True, help="every column of both tables, one number per column")
+    p.add_argument("--figure", required=True, help="EM and F1 per method with intervals, and their difference "
+                                                   "from the baseline (PNG)")
+    p.add_argument("--retrievals", metavar="PREFIX", help="questions per number of retrievals: PREFIX.md, "
+                                                          "PREFIX.html and PREFIX.csv")
     p.add_argument("--retrievals-figure", help="the same distribution as a bar chart")
-    p = step("ablation", cmd_ablation, "one ablation's table (md, CSV, LaTeX) and figure from its variants' scores")
+    p.add_argument("--params-yaml", help="the experiment's settings with every default filled in (YAML)")
+    p = step("ablation", cmd_ablation, "one ablation's quality and cost tables (md, HTML, LaTeX), CSV and figure from "
+                                       "its variants' scores")
     p.add_argument("--name", required=True, help="the ablation's name under `ablations:`")
     p.add_argument("--scores", nargs="+", required=True)
-    p.add_argument("--out-prefix", required=True, help="writes PREFIX.md, .csv, .tex and .png")
+    p.add_argument("--out-prefix", required=True, help="writes PREFIX.md, .html, .csv, .tex and .png")
     p = step("significance", cmd_significance, "ATTN vs SCW weight of each word of one question's first "
                                                "look-ahead sentence (SCAAR Figure 3)")
     for flag in ("--dataset", "--split", "--model-dir", "--csv", "--figure"):
@@ -541,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "dataset, with the thresholds (PNG, CSV, markdown)")
     p.add_argument("--name", required=True, help="the ablation's name (the figure's title)")
     p.add_argument("--traces", nargs="+", required=True, help="the runs' trace.jsonl (provenance.json beside it)")
-    p.add_argument("--out-prefix", required=True, help="writes PREFIX.png, .csv and .md")
+    p.add_argument("--out-prefix", required=True, help="writes PREFIX.png, .csv, .md and .html")
     p = step("seakr-sweep", cmd_seakr_sweep, "SeaKR Figure 3 (b)-(d): U at every k <= k_max and every layer of "
                                              "each question's first pseudo-step, against its correctness")
     for flag in ("--dataset", "--method", "--split", "--csv", "--figure"):
@@ -572,6 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--realtime", help="the real-time detector's metrics JSON")
     p.add_argument("--md", required=True)
     p.add_argument("--csv", required=True)
+    p.add_argument("--html", help="also write the table as HTML (the HTML report shows it inline)")
     return parser
 
 

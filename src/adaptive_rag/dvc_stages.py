@@ -19,7 +19,8 @@ exactly the paths it owns, computed from the same `Params` the Snakefile reads:
   deps name the experiment runs and scores it reads, so DVC orders it after the stages owning them.
 
 Params dependencies mirror the settings each Snakemake rule reruns on (`Params.run_settings`), not
-whole sections, so e.g. `generation.threads` invalidates nothing in either tool.
+whole sections, so e.g. `generation.threads` reruns no run in either tool (only the report, whose
+`reports/params.yaml` shows every resolved setting).
 `adaptive-rag dvc-yaml` writes the file; `--check` (and `adaptive-rag dvc-record`) refuse a stale one.
 """
 
@@ -63,17 +64,22 @@ CODE["train_detector"] = [f"{SRC}/detector_train.py", f"{SRC}/methods/parts/dete
 CODE["detector_report"] = [f"{SRC}/reports/detectors.py", f"{SRC}/reports/figures.py"]
 # What `rule dior_detector_plots` and `rule dior_detector_table` (workflow/rules/detectors.smk) write.
 DETECTOR_FIGURES = tuple(f"reports/ablations/dior-fig{n}.{suffix}" for n in range(4, 10) for suffix in ("png", "csv"))
-DETECTOR_TABLE = ("reports/ablations/dior-detectors.md", "reports/ablations/dior-detectors.csv")
+DETECTOR_TABLE = tuple(f"reports/ablations/dior-detectors.{suffix}" for suffix in ("md", "csv", "html"))
 
 # What `rule report` (workflow/rules/report.smk) writes.
-REPORT_FILES = ("reports/tables/scores.md", "reports/tables/scores.csv", "reports/tables/scores.tex",
-                "reports/figures/scores.png", "reports/tables/retrievals.md", "reports/tables/retrievals.csv",
-                "reports/figures/retrievals.png")
+REPORT_FILES = (*(f"reports/tables/{table}.{suffix}" for table in ("quality", "cost")
+                  for suffix in ("md", "html", "tex")),
+                "reports/tables/scores.csv", "reports/figures/scores.png",
+                *(f"reports/tables/retrievals.{suffix}" for suffix in ("md", "html", "csv")),
+                "reports/figures/retrievals.png", "reports/params.yaml")
+# The sections `reports/params.yaml` shows besides the experiment's own keys (`reports.resolved`): the
+# report rule reruns when any of them changes, and so does the DVC stage.
+SHOWN_SECTIONS = ("seed", "model", "corpus", "retrieval", "generation")
 # What each ablation kind's rule (workflow/rules/ablations.smk) writes as reports/ablations/<name>.<suffix>;
 # every kind not named here goes through `rule ablation`.
 ABLATION_SUFFIXES = {"significance": ("csv", "png"), "uncertainty-sweep": ("csv", "png"),
-                     "sugar-entropy": ("md", "csv", "png")}
-TABLE_SUFFIXES = ("md", "csv", "tex", "png")
+                     "sugar-entropy": ("md", "csv", "png", "html")}
+TABLE_SUFFIXES = ("md", "csv", "tex", "png", "html")
 # The generation settings `Params.run_settings` reruns a run on (not threads, cache or processes).
 GENERATION_KEYS = ("decoding", "max_new_tokens", "batch_size", "answer_fallback_tokens")
 
@@ -245,6 +251,7 @@ def build_stages(params) -> dict[str, dict]:
     if b.experiment:
         report_keys = ["experiment", "report", *(b.key("datasets", d) for d in p.experiment_datasets)]  # report: intervals
         report_keys += [k for m in p.experiment_methods for k in b.method_keys(m)]  # which run is wo-RAG (S_eff)
+        report_keys += list(SHOWN_SECTIONS)  # reports/params.yaml shows them resolved
         stages.add("report", _stage("report", [run_dir(d, m) for d, m in b.experiment] + CODE["report"],
                                     b.keys(report_keys),
                                     [score_file(d, m) for d, m in b.experiment] + list(REPORT_FILES)))

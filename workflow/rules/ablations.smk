@@ -1,5 +1,5 @@
 # Ablation experiments (`ablations:` in params.yaml): each variant is an ordinary method configuration,
-# so generate/score run it; this rule turns the variants' scores into the ablation's table and figure.
+# so generate/score run it; this rule turns the variants' scores into the ablation's tables and figure.
 # Targets: `snakemake --cores all ablation_<name>` (dashes in the name become underscores), or
 # `snakemake --cores all ablations` for every one.
 
@@ -32,6 +32,7 @@ rule ablation:
         csv=ablation_result(f"{ABLATION_PREFIX}.csv", "ablation"),
         tex=ablation_result(f"{ABLATION_PREFIX}.tex", "ablation"),
         png=ablation_result(f"{ABLATION_PREFIX}.png", "ablation"),
+        html=ablation_result(f"{ABLATION_PREFIX}.html", "ablation"),  # the report shows HTML inline
     params:
         prefix=ABLATION_PREFIX,
         settings=settings_key(P.report),  # the intervals' settings: rerun when they change
@@ -113,6 +114,7 @@ rule sugar_entropy_levels:
         png=ablation_result(f"{ABLATION_PREFIX}.png", "sugar-entropy"),
         csv=ablation_result(f"{ABLATION_PREFIX}.csv", "sugar-entropy"),
         md=ablation_result(f"{ABLATION_PREFIX}.md", "sugar-entropy"),
+        html=ablation_result(f"{ABLATION_PREFIX}.html", "sugar-entropy"),
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "sugar-entropy") or "(?!)",
     log:

@@ -7,7 +7,7 @@ from adaptive_rag.methods.parts.detectors import (EARLY_DATA, EARLY_DETECTOR, RE
                                                   data_sidecars, metrics_path)
 
 DETECTOR_FIGURES = "reports/ablations/dior-fig"  # + 4..9, .png and .csv
-DETECTOR_TABLE = "reports/ablations/dior-detectors"  # + .md, .csv
+DETECTOR_TABLE = "reports/ablations/dior-detectors"  # + .md, .csv, .html
 DETECTOR_REPORTS = []  # what `report_all` shows once built (Snakefile)
 
 
@@ -129,14 +129,16 @@ if P.detectors is not None:
         output:
             md=detector_result(f"{DETECTOR_TABLE}.md"),
             csv=detector_result(f"{DETECTOR_TABLE}.csv"),
+            html=detector_result(f"{DETECTOR_TABLE}.html"),  # the report shows HTML inline, the rest as downloads
         params:
             metrics=" ".join(f"--{kind} {path}" for kind, path in DETECTOR_METRICS.items()),
         log:
             "logs/detectors/table.log",
         shell:
-            "{CLI} detector-table {params.metrics} --md {output.md:q} --csv {output.csv:q} > {log:q} 2>&1"
+            "{CLI} detector-table {params.metrics} --md {output.md:q} --csv {output.csv:q} --html {output.html:q} "
+            "> {log:q} 2>&1"
 
-    DETECTOR_REPORTS += [f"{DETECTOR_TABLE}.md", f"{DETECTOR_TABLE}.csv"]
+    DETECTOR_REPORTS += [f"{DETECTOR_TABLE}.{suffix}" for suffix in ("md", "csv", "html")]
 
     rule detectors:
         input:

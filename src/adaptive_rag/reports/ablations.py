@@ -1,5 +1,6 @@
-"""An ablation's table (markdown, LaTeX, CSV: one row per dataset x variant, varied settings as
-columns; `time_rel` too when it has a time baseline) and its figure: `grid` (SCAAR Table 3 /
+"""An ablation's tables (CSV: one row per dataset x variant, varied settings and every number as
+columns, `time_rel` too when it has a time baseline; markdown, HTML and LaTeX: the same rows as an
+answer-quality and a cost table with their glossaries, `reports.quality_cost`) and its figure: `grid` (SCAAR Table 3 /
 Figure 2: F1 heatmaps of weighting x query per threshold, and how often each weighting and each
 query wins), `lines` (a metric against one varied setting, e.g. F1 and S_eff vs threshold, F1 vs
 alpha), or `table` (F1 and N_R per variant as bars).
@@ -16,9 +17,10 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..evaluation.intervals import ReportConfig, best_of, paired_values
-from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, interval_columns, note
+from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, interval_columns
 from .figures import interval_bars, save, theme
-from .tables import load_scores, s_eff, s_eff_metric, time_rel
+from .quality_cost import GLOSSARY, quality_and_cost
+from .tables import load_scores, s_eff, s_eff_metric, time_rel, write_csv, write_tables
 
 METRICS = ("em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc")
 GRID_KEYS = ("weighting", "query")  # a grid's win counts: which weighting, which query is best
@@ -103,17 +105,26 @@ def _score(scores: dict, dataset: str, method: str) -> dict:
     return data
 
 
-def write_ablation(ablation, frame, prefix: Path, settings=None) -> list[Path]:
-    """The table (.md, .csv, .tex) and the figure (.png); `settings` (params.report, its defaults when
-    None) are those the frame's intervals were computed with, for the note and the figure's labels."""
-    from .tables import write_tables
+def ablation_tables(ablation, frame, settings) -> list:
+    """The ablation's quality and cost tables, rows named by dataset and the varied settings."""
+    defined = {key: f"the row's `{key}` (varied by `ablations.{ablation.name}.vary`)" for key in ablation.vary}
+    if ablation.time_baseline:
+        defined["time_rel"] = f"{GLOSSARY['time_rel']}; time baseline: {ablation.time_baseline}"
+    return quality_and_cost(frame, ["dataset", *ablation.vary], settings, defined,
+                            titles=(f"{ablation.name}: answer quality", f"{ablation.name}: cost"))
 
+
+def write_ablation(ablation, frame, prefix: Path, settings=None) -> list[Path]:
+    """PREFIX.md, .csv, .tex, .png and .html: the CSV has every column (the generated configuration
+    of each row as `run`), the markdown, LaTeX and HTML the quality and cost tables; `settings`
+    (params.report, its defaults when None) are those the frame's intervals were computed with."""
     settings = settings or ReportConfig()
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    paths = [prefix.with_suffix(s) for s in (".md", ".csv", ".tex", ".png")]
-    write_tables(frame, paths[0], paths[1], paths[2], note=note(frame, settings))
-    {"grid": plot_grid, "lines": plot_lines, "table": plot_bars}[ablation.plot](ablation, frame, paths[3], settings)
-    return paths
+    md, html, tex = write_tables(ablation_tables(ablation, frame, settings), prefix, ablation.name)
+    csv, png = Path(f"{prefix}.csv"), Path(f"{prefix}.png")
+    write_csv(frame, csv)
+    {"grid": plot_grid, "lines": plot_lines, "table": plot_bars}[ablation.plot](ablation, frame, png, settings)
+    return [md, csv, tex, png, html]
 
 
 def _label(frame, keys):

@@ -3,9 +3,9 @@
 A table frame keeps plain numbers, so the CSV has each in its own column: `f1`, `f1_lo`, `f1_hi` (the
 bootstrap interval of the mean), and against the baseline `d_f1`, `d_f1_lo`, `d_f1_hi`, `p_f1` (mean
 paired difference, its interval, the sign-flip p), the same for `em` and `acc`, and `baseline` (what
-was compared with). Markdown and LaTeX get compact cells instead, `0.083 [0.000, 0.167]` and
-`+0.021 [-0.010, +0.052] p=0.375`, and the markdown a note under the table saying what they are:
-the reader of a 16-question table should see at a glance that one question is 0.0625 of F1.
+was compared with). Markdown, HTML and LaTeX get compact cells instead, `0.083 [0.000, 0.167]` and
+`+0.021 [-0.010, +0.052] p=0.375`, and glossary entries under the table saying what they are
+(`marks`): the reader of a 16-question table should see at a glance that one question is 0.0625 of F1.
 The statistics are `evaluation.intervals`; this module only lays them out.
 """
 
@@ -16,7 +16,7 @@ import math
 from ..evaluation.intervals import EXACT_MAX, bootstrap_interval, paired_comparison, paired_values, question_values
 
 METRICS = ("em", "f1", "acc")
-LABELS = {"em": "EM", "f1": "F1", "acc": "acc"}
+LABELS = {"em": "EM", "f1": "F1", "acc": "Acc"}
 INTERVAL_COLUMNS = [f"{m}_{end}" for m in METRICS for end in ("lo", "hi")]
 COMPARISON_COLUMNS = ["baseline"] + [c for m in METRICS for c in (f"d_{m}", f"d_{m}_lo", f"d_{m}_hi", f"p_{m}")]
 NAN = float("nan")
@@ -97,22 +97,18 @@ def compact(frame):
     return shown.drop(columns=[c for c in INTERVAL_COLUMNS + COMPARISON_COLUMNS if c in shown])
 
 
-def printable(frame) -> str:
-    """The compact table as plain text for a step's log, empty cells as "–"."""
-    shown = compact(frame).astype(object)
-    return shown.where(shown.notna(), "–").to_string(index=False)
-
-
-def note(frame, settings) -> str | None:
-    """The line under a markdown table that says what its brackets are; None without intervals."""
+def marks(frame, settings) -> list[tuple[str, str]]:
+    """The glossary entries of the compact cells: what the brackets, Δ and p are (none without
+    intervals)."""
     if not any(c in frame for c in INTERVAL_COLUMNS):
-        return None
-    text = (f"Brackets: {settings.confidence:.0%} percentile bootstrap interval of the mean over questions "
-            f"({settings.resamples:,} resamples of the questions, seed {settings.seed}).")
+        return []
+    out = [("value [lo, hi]", f"the mean over questions and its {settings.confidence:.0%} percentile bootstrap "
+                              f"interval ({settings.resamples:,} resamples of the questions, seed {settings.seed})")]
     label = baseline_label(frame)
     if label is not None:
-        text += (f" Δ vs {label}: mean per-question difference on the same questions, its paired bootstrap "
-                 f"interval, and a two-sided sign-flip permutation p (exact when at most {EXACT_MAX} questions "
-                 f"differ). A difference whose interval contains 0 is not distinguishable from {label} on "
-                 f"these questions.")
-    return text
+        out += [(f"Δ… vs {label}", f"mean per-question difference from {label} on the same questions, and in "
+                                  f"brackets its {settings.confidence:.0%} paired bootstrap interval; an interval "
+                                  f"that contains 0 is not distinguishable from {label} on these questions"),
+                ("p", f"two-sided sign-flip permutation p of that difference (exact when at most {EXACT_MAX} "
+                      f"questions differ; p<0.001 below 0.001)")]
+    return out

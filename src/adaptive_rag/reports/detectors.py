@@ -199,13 +199,17 @@ def detector_rows(early: Path | None, realtime: Path | None):
     return pd.DataFrame(rows)
 
 
-def write_detector_table(frame, markdown: Path, csv: Path) -> None:
+def write_detector_table(frame, markdown: Path, csv: Path, html: Path | None = None) -> None:
+    """The CSV, and the table as markdown and (for the HTML report, which shows HTML inline) HTML, 4
+    decimals as the paper prints its AUC, a note under it."""
+    from .layout import shown, write_shown
+
     _csv(frame, csv)
-    shown = frame.astype(object).where(frame.notna(), None)
     note = ("Held-out split of each detector's own data (ED: questions; RD: whole continuations, token-level "
             "AUC, and unit-level AUC with a continuation scored by its least faithful token, labelled 0 if any "
             "token is: Alg. 2's H_i). ECE: 10 equal-width bins of p(positive class). The paper reports RD's "
             f"sentence-level AUC only ({PAPER_RD_AUC}, Llama-2-7B-chat, 1,304 test continuations); these numbers "
             "come from a different model and far less data.")
-    with atomic_write(markdown) as handle:
-        handle.write(shown.to_markdown(index=False, floatfmt=".4f", missingval="–") + f"\n\n{note}\n")
+    counts = {c: 0 for c in ("train examples", "test examples", "test units")}
+    table = shown("DioR's detectors on their held-out data", frame, note=note, decimals=counts, default=4)
+    write_shown([table], "dior-detectors", markdown, html)

@@ -48,35 +48,81 @@ def interval_bars(ax, categories: list[str], series: list[tuple], horizontal: bo
                 ax.annotate(fmt.format(value), (end, at) if horizontal else (at, end), fontsize=8,
                             xytext=(3, 0) if horizontal else (0, 2), textcoords="offset points",
                             ha="left" if horizontal else "center", va="center" if horizontal else "bottom")
+    # every category keeps its slot, also one whose values are all NaN (the baseline among differences)
     if horizontal:
         ax.set_yticks(positions, categories)
-        ax.invert_yaxis()  # the first category on top, as it reads in the table
+        ax.set_ylim(len(categories) - 0.5, -0.5)  # the first category on top, as it reads in the table
     else:
         ax.set_xticks(positions, categories, rotation=30 if max(map(len, categories), default=0) > 8 else 0,
                       ha="right" if max(map(len, categories), default=0) > 8 else "center")
+        ax.set_xlim(-0.5, len(categories) - 0.5)
 
 
-def plot_scores(frame, path: Path, confidence: float = 0.95) -> None:
-    """EM and F1 per method, one panel per dataset, with each mean's bootstrap interval."""
+def scores_figure(frame, confidence: float = 0.95):
+    """EM and F1 per method, one column of panels per dataset, each mean with its bootstrap interval;
+    with comparison columns, a second row draws each method's paired difference from the baseline
+    with its interval. Every panel has its own y-axis, with 0 in it: a dataset whose scores are all
+    below 0.2 fills its panel instead of lying flat under a 0-1 axis shared with an easier one."""
     import matplotlib.pyplot as plt
 
     theme()
     datasets = list(dict.fromkeys(frame["dataset"]))
     methods = max((frame[frame["dataset"] == d]["method"].nunique() for d in datasets), default=1)
-    figure, axes = plt.subplots(1, len(datasets), squeeze=False, sharey=True,
-                                figsize=(max(4.3, 0.75 * methods + 1.5) * len(datasets), 3.8))
-    for ax, dataset in zip(axes[0], datasets):
+    compared = "baseline" in frame and frame["baseline"].notna().any()
+    rows = 2 if compared else 1
+    figure, axes = plt.subplots(rows, len(datasets), squeeze=False, sharey=False,
+                                figsize=(max(4.3, 0.75 * methods + 1.5) * len(datasets), 3.8 * rows))
+    label = frame["baseline"].dropna().iloc[0] if compared else None
+    for j, dataset in enumerate(datasets):
         part = frame[frame["dataset"] == dataset]
         series = [(metric.upper(), part[metric], part.get(f"{metric}_lo"), part.get(f"{metric}_hi"))
                   for metric in ("em", "f1")]
+        ax = axes[0][j]
         interval_bars(ax, list(part["method"]), series)
         ax.set_title(f"dataset: {dataset}")
         ax.set_xlabel("method")
-        ax.set_ylim(0, 1)
+        include_zero(ax, series)
+        if compared:
+            ax = axes[1][j]
+            series = [(f"Δ{metric.upper()}", part[f"d_{metric}"], part[f"d_{metric}_lo"], part[f"d_{metric}_hi"])
+                      for metric in ("em", "f1")]
+            interval_bars(ax, list(part["method"]), series, fmt="{:+.2f}")
+            ax.axhline(0, color="black", linewidth=0.8)
+            for at, method in enumerate(part["method"]):
+                if method == label:  # its own slot stays empty: say why
+                    ax.annotate("baseline", (at, 0), xytext=(0, 3), textcoords="offset points", ha="center",
+                                va="bottom", fontsize=8, color="grey")
+            ax.set_title(f"{dataset}: difference from {label}")
+            ax.set_xlabel("method")
+            include_zero(ax, series)
     axes[0][0].set_ylabel(f"score (mean over questions)\nbars: {confidence:.0%} bootstrap interval")
-    axes[0][-1].legend(title="metric")
+    outside = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}  # beside the panels, over no bar or number
+    axes[0][-1].legend(title="metric", **outside)
+    if compared:
+        axes[1][0].set_ylabel(f"Δ score vs {label}, same questions\nbars: {confidence:.0%} paired bootstrap interval")
+        axes[1][-1].legend(title="difference", **outside)
     figure.tight_layout()
-    save(figure, path)
+    return figure
+
+
+def include_zero(ax, series) -> None:
+    """The panel's y-range: every value and interval end, 0 included, with room above (and below, for
+    negative values) for the numbers written beyond the error bars."""
+    import numpy as np
+
+    ends = [0.0]
+    for _, values, lo, hi in series:
+        ends += [float(v) for v in np.asarray(values, dtype=float) if not np.isnan(v)]
+        for bound in (lo, hi):
+            if bound is not None:
+                ends += [float(v) for v in np.asarray(bound, dtype=float) if not np.isnan(v)]
+    low, high = min(ends), max(ends)  # low <= 0 <= high
+    pad = 0.15 * ((high - low) or 0.1)
+    ax.set_ylim(low - pad if low < 0 else 0.0, high + pad)
+
+
+def plot_scores(frame, path: Path, confidence: float = 0.95) -> None:
+    save(scores_figure(frame, confidence), path)
 
 
 def save(figure, path: Path) -> None:
@@ -88,11 +134,17 @@ def save(figure, path: Path) -> None:
     plt.close(figure)
 
 
-def plot_retrievals(long, path: Path) -> None:
-    """How many questions retrieved 0, 1, 2, ... times, per method (one panel per dataset)."""
+def retrievals_figure(long):
+    """How many questions retrieved 0, 1, 2, ... times, per method in the tables' order (one panel per
+    dataset, each with its own y-axis: datasets may have different numbers of questions)."""
     sns = theme()
     grid = sns.catplot(data=long, kind="bar", x="retrievals", y="questions", hue="method", col="dataset",
-                       hue_order=list(dict.fromkeys(long["method"])), height=3.6, aspect=1.4)
+                       hue_order=list(dict.fromkeys(long["method"])), col_order=list(dict.fromkeys(long["dataset"])),
+                       sharey=False, height=3.6, aspect=1.4)
     grid.set_axis_labels("retrievals per question", "questions")
     grid.set_titles("dataset: {col_name}")
-    save(grid.figure, path)
+    return grid.figure
+
+
+def plot_retrievals(long, path: Path) -> None:
+    save(retrievals_figure(long), path)

@@ -14,10 +14,24 @@ from pathlib import Path
 from ..errors import InputError
 from ..io import atomic_write, read_json, read_jsonl
 from .figures import save
+from .layout import shown
 from .tables import write_tables
 
 COLUMNS = ["dataset", "method", "id", "se", "pe", "signal", "value", "branch", "t1", "t2", "threshold_rule"]
 BRANCHES = ("none", "single", "multi")
+SUMMARY_GLOSSARY = [
+    ("dataset, method", "the run: its dataset and SUGAR configuration"),
+    ("questions", "questions of the run"),
+    ("SE mean, SE median", "semantic entropy (nats) of each question's sampled no-retrieval answers, over the "
+                           "run's questions"),
+    ("PE mean, PE median", "predictive entropy (nats) of the same samples"),
+    ("signal", "the entropy the run routes on (`signal`)"),
+    ("t1, t2", "its thresholds: signal <= t1 answers without retrieval, <= t2 retrieves once, above t2 runs "
+               "multi-step retrieval; – for t2: no multi-step"),
+    ("thresholds", "how they were set: given (numbers in params.yaml), calibrated (best Acc on a calibration "
+                   "split) or mean (the signal's mean on it)"),
+    ("none, single, multi", "questions routed to each branch"),
+]
 
 
 def entropy_levels(traces: list[Path]):
@@ -57,12 +71,14 @@ def write_entropy_levels(frame, prefix: Path, name: str) -> list[Path]:
     if frame.empty:
         raise InputError(f"{name}: the traces hold no question")
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    png, csv, md = (prefix.with_suffix(s) for s in (".png", ".csv", ".md"))
+    png, csv = Path(f"{prefix}.png"), Path(f"{prefix}.csv")
     with atomic_write(csv) as handle:
         frame.to_csv(handle, index=False, float_format="%.6f", lineterminator="\n")
-    write_tables(summary(frame), md, None)  # the markdown summarises; the CSV has every question
+    # the markdown and HTML summarise per run; the CSV has every question
+    md, html = write_tables([shown(f"{name}: entropy levels per run", summary(frame), SUMMARY_GLOSSARY)], prefix,
+                            name, latex=False)
     plot(frame, png, name)
-    return [png, csv, md]
+    return [png, csv, md, html]
 
 
 def plot(frame, path: Path, name: str) -> None:

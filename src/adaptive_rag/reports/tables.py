@@ -1,4 +1,7 @@
-"""Methods x metrics tables (markdown for reading, LaTeX for papers, CSV for tools).
+"""The main experiment's tables: one CSV with every number for tools (`scores.csv`), and for readers
+the answer-quality and cost tables (`reports.quality_cost`) as markdown, HTML and LaTeX, and the
+retrievals-per-question table. Rows follow `experiment.datasets`, then `experiment.methods`, in every
+table and figure.
 
 S_eff is SCAAR's efficiency: (score - score of wo-RAG on the same questions) / N_R, with F1 as the
 score for multi-hop span datasets and EM for StrategyQA (yes/no), reported times 100 because that is
@@ -17,15 +20,20 @@ from pathlib import Path
 from ..errors import InputError
 from ..evaluation.intervals import ReportConfig
 from ..io import atomic_write, read_json
-from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, compact, interval_columns
+from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, interval_columns
+from .layout import shown, write_shown
+from .quality_cost import glossary, quality_and_cost
 
 COLUMNS = ("dataset", "method", "questions", "em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc",
            "answer_found")
+# After the interval and comparison columns, so that the CSV's older columns keep their places; Ks only
+# where some run sampled.
+TIME_COLUMNS = ("wall_time_s_mean", "cache_hits")
 # Which score S_eff uses, by dataset format (SCAAR: F1 for 2Wiki/HotpotQA/IIRC, EM for StrategyQA).
 S_EFF_METRIC = {"strategyqa": "em"}
 BASELINE_TYPE = "wo-rag"
 S_EFF_SCALE = 100  # SCAAR's tables print S_eff x 100
-HEADERS = {"S_eff": "S_eff ×100"}  # column -> header in written tables
+CSV_HEADERS = {"S_eff": "S_eff ×100"}  # column -> header in the CSV (its other headers are the column names)
 
 
 def s_eff_metric(dataset_format: str) -> str:
@@ -96,11 +104,27 @@ def collect_scores(paths: list[Path], params=None):
             row.update(comparison_columns(data, compared[data["dataset"]], compare_to, settings))
         rows.append(row)
     frame = pd.DataFrame(rows)
-    columns = [*COLUMNS, *INTERVAL_COLUMNS, *(COMPARISON_COLUMNS if compare_to else [])]
+    sampled = ["Ks"] if "Ks" in frame and frame["Ks"].notna().any() else []
+    columns = [*COLUMNS, *INTERVAL_COLUMNS, *(COMPARISON_COLUMNS if compare_to else []), *TIME_COLUMNS, *sampled]
     for column in columns:
         if column not in frame:
             frame[column] = None
-    return frame[columns]
+    return experiment_order(frame[columns], params)
+
+
+def experiment_order(frame, params):
+    """Rows by `experiment.datasets`, then `experiment.methods` (names outside them after, as they came):
+    the one order of every table and figure. Unchanged without params."""
+    if params is None or frame.empty:
+        return frame.reset_index(drop=True)
+
+    def rank(names, order):
+        seen = list(dict.fromkeys(names))
+        return names.map({n: (order.index(n) if n in order else len(order) + seen.index(n)) for n in seen})
+
+    keys = frame.assign(_d=rank(frame["dataset"], list(params.experiment_datasets)),
+                        _m=rank(frame["method"], list(params.experiment_methods)))
+    return keys.sort_values(["_d", "_m"], kind="stable").drop(columns=["_d", "_m"]).reset_index(drop=True)
 
 
 def _compared(scores: list[dict], method: str, params) -> dict[str, dict]:
@@ -117,8 +141,8 @@ def _compared(scores: list[dict], method: str, params) -> dict[str, dict]:
     return found
 
 
-def retrieval_distribution(paths: list[Path]):
-    """Questions per number of retrievals, one row per (dataset, method)."""
+def retrieval_distribution(paths: list[Path], params=None):
+    """Questions per number of retrievals, one row per (dataset, method), in `experiment_order`."""
     import pandas as pd
 
     rows = []
@@ -126,34 +150,47 @@ def retrieval_distribution(paths: list[Path]):
         for count, questions in data["summary"].get("retrievals_histogram", {}).items():
             rows.append({"dataset": data["dataset"], "method": data["method"], "retrievals": int(count),
                          "questions": questions})
-    return pd.DataFrame(rows, columns=["dataset", "method", "retrievals", "questions"])
+    return experiment_order(pd.DataFrame(rows, columns=["dataset", "method", "retrievals", "questions"]), params)
 
 
 def distribution_table(long):
-    """Wide form: retrieval counts as columns."""
+    """Wide form: retrieval counts as columns, rows in the long form's order."""
     if long.empty:
         return long
     wide = long.pivot_table(index=["dataset", "method"], columns="retrievals", values="questions",
                             fill_value=0, aggfunc="sum")
+    wide = wide.reindex(list(dict.fromkeys(zip(long["dataset"], long["method"]))))
     wide.columns = [f"{c} retrievals" for c in wide.columns]
     return wide.reset_index()
 
 
-def write_tables(frame, markdown: Path, csv: Path | None, latex: Path | None = None,
-                 note: str | None = None) -> None:
-    """CSV: every number in its own column; markdown and LaTeX: intervals as compact cells
-    (`reports.compare`), `note` under the markdown table and as a comment atop the LaTeX."""
-    if csv is not None:
-        with atomic_write(csv) as handle:
-            frame.rename(columns=HEADERS).to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
-    frame = compact(frame).rename(columns=HEADERS)
-    shown = frame.astype(object).where(frame.notna(), None)  # NaN (e.g. S_eff without retrievals) -> "–"
-    with atomic_write(markdown) as handle:
-        handle.write(shown.to_markdown(index=False, floatfmt=".4f", missingval="–") + "\n")
-        if note:
-            handle.write(f"\n{note}\n")
-    if latex is not None:
-        text = frame.to_latex(index=False, float_format="%.4f", na_rep="--", escape=True)
-        text = text.replace("Δ", r"$\Delta$").replace("p<", "p$<$")  # plain `<` prints as ¡ in OT1 fonts
-        with atomic_write(latex) as handle:
-            handle.write((f"% {note}\n" if note else "") + text)
+def write_csv(frame, path: Path) -> None:
+    """Every column, every number in its own column (4 decimals), as tools read it."""
+    with atomic_write(path) as handle:
+        frame.rename(columns=CSV_HEADERS).to_csv(handle, index=False, float_format="%.4f", lineterminator="\n")
+
+
+ORDER_NOTE = ("Rows follow `experiment.datasets`, then `experiment.methods` (params.yaml), as in every table and "
+              "figure of the main experiment.")
+
+
+def score_tables(frame, settings) -> list:
+    """The main experiment's quality and cost tables (`reports.quality_cost`)."""
+    return quality_and_cost(frame, ["dataset", "method"], settings, note=ORDER_NOTE,
+                            titles=("Answer quality: methods × datasets", "Cost: methods × datasets"))
+
+
+def retrievals_table(wide):
+    """The retrievals-per-question table as shown, with its glossary."""
+    entries = glossary(["dataset", "method"])
+    if any(c.endswith(" retrievals") for c in wide.columns):
+        entries.append(("k retrievals", "questions that retrieved k times; a row sums to the questions scored, "
+                                        "and its mean is the cost table's N_R"))
+    return shown("Questions per number of retrievals", wide, entries, ORDER_NOTE)
+
+
+def write_tables(tables: list, prefix: Path, title: str, latex: bool = True) -> list[Path]:
+    """PREFIX.md, PREFIX.html and (with `latex`) PREFIX.tex of the shown tables."""
+    paths = [Path(f"{prefix}.md"), Path(f"{prefix}.html"), *([Path(f"{prefix}.tex")] if latex else [])]
+    write_shown(tables, title, *paths)
+    return paths
