@@ -692,19 +692,22 @@ def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m adaptive_rag.lm.serve",
+    parser = argparse.ArgumentParser(prog="adaptive-rag serve",
                                      description="Serve a local model as an OpenAI-compatible API "
                                                  "(tokens and log-probabilities only).")
     parser.add_argument("--model-dir", required=True, help="a materialised Hugging Face model directory")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the weights' dtype in memory (default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="rows decoded together, one forward per step (default: %(default)s)")
     parser.add_argument("--attention", default="fast", choices=("fast", "eager"),
                         help="the engine's attention path, as model.attention (default: %(default)s; eager runs any "
                              "causal LM)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="the port to listen on; 0 picks a free port "
+                                                                "(default: %(default)s)")
     parser.add_argument("--served-name", default=None, help="the model name clients ask for "
                                                             "(default: the model directory's name)")
     parser.add_argument("--log-requests", action="store_true", help="log every request to stderr")
