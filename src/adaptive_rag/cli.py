@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .config import as_dict, load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
+from .live_progress import HEARTBEAT_S
 
 
 def _params(args):
@@ -215,9 +216,14 @@ def cmd_generate(args) -> None:
     params = _params(args)
     if params.model.backend == "hf" and not args.model_dir:
         raise ConfigError("model.backend is 'hf': pass --model-dir (the model step's output)")
+    if args.progress_fd is not None:
+        from .live_progress import check_progress_fd
+
+        check_progress_fd(args.progress_fd)
     record = run_generation(params, args.dataset, args.method, Path(args.split),
                             Path(args.model_dir) if args.model_dir else None,
-                            Path(args.index) if args.index else None, Path(args.out_dir))
+                            Path(args.index) if args.index else None, Path(args.out_dir),
+                            progress_fd=args.progress_fd)
     if record is not None:  # Accelerate: only the main process merges and reports
         print(f"generate {args.dataset}/{args.method}: {record['questions']} questions in "
               f"{record['wall_time_s']} s -> {args.out_dir}")
@@ -517,6 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "until then, so a rerun resumes)")
     p.add_argument("--model-dir", help=MODEL_DIR_HELP)
     p.add_argument("--index", help="the index directory the method searches (methods that retrieve)")
+    p.add_argument("--progress-fd", type=int, metavar="N", help="also write the run's progress, one whole line "
+                                                                 "per finished chunk (on a terminal also every "
+                                                                 f"{HEARTBEAT_S:g} s), to the open file descriptor N; "
+                                                                 "the generate rule passes 3, opened on Snakemake's "
+                                                                 "stderr (3>&2)")
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
     p.add_argument("--dataset", required=True, help="the run's dataset (recorded in the score file)")
     p.add_argument("--method", required=True, help="the run's method configuration (recorded in the score file)")

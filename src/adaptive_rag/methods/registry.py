@@ -138,7 +138,8 @@ def methods_listing(width: int) -> str:
         lines.append(info.type)
         # no-break spaces inside each `key: value` keep a setting on one line where it fits
         unbroken = ", ".join(setting.replace(" ", "\N{NO-BREAK SPACE}") for setting in settings)
-        for label, text in (("when", info.when), ("what", info.what), ("needs", needs), ("settings", unbroken or "none")):
+        for label, text in (("when", info.when), ("what", info.what), ("needs", needs),
+                            ("settings", unbroken or "none")):
             wrapped = textwrap.wrap(text, width, initial_indent=f"  {label + ':':<10}", subsequent_indent=" " * 12,
                                     break_on_hyphens=False)
             lines += [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped]
