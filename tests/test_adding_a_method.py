@@ -54,7 +54,8 @@ def test_following_the_guide_adds_a_working_method(tmp_path, tiny_model_dir, mon
     cli = [sys.executable, "-m", "adaptive_rag"]
 
     assert "params.yaml: ok" in run([*cli, "check-params"], root).stdout
-    table = run([*cli, "methods"], root).stdout
+    assert "\ndraft-query\n  when:     once, after a draft answer written without passages" in run([*cli, "methods"], root).stdout
+    table = run([*cli, "methods", "--markdown"], root).stdout
     assert "| `draft-query` | once, after a draft answer written without passages |" in table
     tested = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/methods/test_draft_query.py"],
                  root)

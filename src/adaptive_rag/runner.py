@@ -24,14 +24,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-
 from . import provenance
 from .config import Params, as_dict
 from .data.datasets import Example
 from .errors import InputError
 from .evaluation.answer import predicted
 from .io import read_jsonl, write_json, write_jsonl
+from .live_progress import job_progress
 from .lm.factory import build_model
 from .methods.registry import method_class
 from .methods.base import Context, Method
@@ -52,7 +51,8 @@ def process_rank() -> tuple[int, int, int]:
 
 
 def run_generation(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
-                   index_dir: Path | None, out_dir: Path, progress_bar: bool = True) -> dict | None:
+                   index_dir: Path | None, out_dir: Path, progress_bar: bool = True,
+                   progress_fd: int | None = None) -> dict | None:
     started, start = provenance.now(), time.perf_counter()
     rank, world, local_rank = process_rank()
     ds, mcfg = params.dataset(dataset), params.method(method)
@@ -75,8 +75,8 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
         lm = build_model(params, model_dir, local_rank) if mine else None
         runner = build_method(params, dataset, method, lm, retriever, declared)
-        with tqdm(total=len(examples), initial=sum(len(batches[b]) for b in done), desc=f"{dataset}/{method}",
-                  unit=" q", disable=not progress_bar or rank != 0) as bar:
+        with job_progress(f"{dataset}/{method}", len(examples), sum(len(batches[b]) for b in done),
+                          progress_bar and rank == 0, progress_fd, lm) as bar:
             for b in mine:
                 answers = runner.answer_batch(batches[b])
                 progress.append(b, [question_record(example, answer)

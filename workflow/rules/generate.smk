@@ -35,6 +35,20 @@ def launcher():
     return CLI
 
 
+def live_progress():
+    """The job's progress lines go to Snakemake's stderr, its terminal (adaptive_rag/live_progress.py):
+    `3>&2` opens descriptor 3 on it before the redirections send everything else to the log. Not for
+    a job of a cluster executor (remote: no terminal there, its progress stays in the log), nor under
+    accelerate launch, whose processes do not inherit the descriptor."""
+    if workflow.remote_exec or P.generation.processes > 1:
+        return ""
+    return "--progress-fd 3 3>&2"
+
+
+# A global, not a `params:` entry: where the progress goes is no reason to rerun a job.
+LIVE_PROGRESS = live_progress()
+
+
 rule generate:
     input:
         unpack(generate_inputs),
@@ -57,4 +71,5 @@ rule generate:
         "logs/benchmarks/generate-{dataset}-{method}.tsv"
     shell:
         "{params.launcher} generate --dataset {wildcards.dataset:q} --method {wildcards.method:q} "
-        "--split {input.split:q} {params.model} {params.index} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "--split {input.split:q} {params.model} {params.index} --out-dir {params.out_dir:q} {LIVE_PROGRESS} "
+        "> {log:q} 2>&1"

@@ -219,6 +219,7 @@ class CallCache:
         self._disabled = False
         self._warned: set[str] = set()
         self._counts = {op: {"hits": 0, "misses": 0} for op in OPERATIONS}
+        self._answered = 0  # misses whose result has come back and been offered to `put_many`
         self._unreadable = 0
         self._failed_writes = 0
         self._moved_aside: list[str] = []
@@ -247,6 +248,7 @@ class CallCache:
         rows = []
         now = time.time()
         for key, result in items:
+            self._answered += 1
             try:
                 value, blob, checksum = encode_value(result)
             except (_Unencodable, TypeError, ValueError) as exc:
@@ -284,6 +286,14 @@ class CallCache:
             "moved_aside": list(self._moved_aside),
             "disabled": self._disabled,
         }
+
+    def answered(self) -> tuple[int, int]:
+        """Calls answered so far: (from the cache, by the model). A miss counts once its result is back,
+        not when it is looked up as `stats` counts it, so a run's live progress lines (which read this
+        from another thread) show calls done, not calls asked."""
+        with self._lock:
+            hits = sum(counts["hits"] for counts in list(self._counts.values()))
+        return hits, self._answered
 
     def __len__(self) -> int:
         counted: list[int] = []

