@@ -9,7 +9,8 @@ after a params change (SUGAR's single-hop tables moved to `demo-single-small`, w
 changes the `sugar` key); the code was the same, and the other five profiles kept every key. All six
 were captured again when the engine's attention path (`model.attention`) and `generation.chunk_size`
 entered every run's key: a deliberate change of every key (results now come from another kernel and
-another batching), after which the test again holds that no code change moves a key.
+another batching), after which the test again holds that no code change moves a key. The five GPU
+profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on.
 """
 
 from __future__ import annotations

@@ -321,6 +321,27 @@ def cmd_methods(args) -> None:
     print(f"{path}: methods table rewritten ({table.count(chr(10)) - 2} method types)")
 
 
+def cmd_docs_tables(args) -> int:
+    from .reports.docs_tables import pages, sync
+
+    root = Path.cwd()
+    targets = [Path(f).resolve() for f in args.files] if args.files else pages(root)
+    differing, done, absent = sync(root, targets, check=args.check)
+    for where in absent:
+        print(f"not built here, left as it is: {where}")
+    if args.check:
+        for where in differing:
+            print(f"differs from its file: {where}", file=sys.stderr)
+        if differing:
+            print(f"error: {len(differing)} table(s) in the docs differ from the outputs they cite; "
+                  f"`adaptive-rag docs-tables` rewrites them", file=sys.stderr)
+            return 1
+        print(f"{len(done)} table(s) equal the outputs they cite")
+        return 0
+    print(f"{len(differing)} of {len(done)} table(s) rewritten from the outputs they cite")
+    return 0
+
+
 def cmd_ablation(args) -> None:
     from .errors import InputError
     from .reports.ablations import ablation_frame, ablation_tables, write_ablation
@@ -504,6 +525,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                            "docs/methods.md embeds)")
     p.add_argument("--update", metavar="FILE", help="rewrite the markdown table between the methods-table markers "
                                                     "of FILE (docs/methods.md) instead of printing anything")
+    p = step("docs-tables", cmd_docs_tables, "rewrite every table the docs copy from a built output (a "
+                                             "`<!-- table: PATH -->` block) from that output; outputs not built "
+                                             "here are left as they are")
+    p.add_argument("files", nargs="*", metavar="PAGE", help="the pages to rewrite (default: README.md and docs/)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a table differs from its output")
     available = profiles()
     p = step("profile", cmd_profile, f"replace params.yaml with a profile from {PROFILES_DIR}/ "
                                      f"({', '.join(available) or 'none found here'}) and rewrite dvc.yaml for it")
@@ -671,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     # Warnings (e.g. dropped unanswerable questions, unpinned checksums) go to stderr, i.e. the step's log.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        args.func(args)
+        status = args.func(args)
     except AdaptiveRagError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -683,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+"""Tables in the docs that are copies of built outputs, kept equal to them.
+
+A docs page shows a built table between two markers:
+
+    <!-- table: reports/tables/quality.md -->
+    ... the file's content ...
+    <!-- /table -->
+
+or, for a page that needs only part of it, the file's first markdown table cut to some columns and rows
+(options after the path, each after a `;`):
+
+    <!-- table: reports/tables/quality.md; columns=method,EM,ΔEM vs wo-rag; where=dataset:demo-single -->
+
+`adaptive-rag docs-tables` rewrites every such block from the file it names, and `--check` (the test suite
+runs the same check) fails on a block that differs from its file, so a number in the docs is never older
+than the output it cites. A block whose file has not been built here is left as it is and reported as
+unchecked: outputs are DVC artifacts (`dvc pull` fetches them), not part of the repository.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+_BLOCK = re.compile(r"^<!-- table: (?P<spec>[^>\n]+?) -->\n(?P<body>.*?)^<!-- /table -->", re.S | re.M)
+_MARKER = re.compile(r"^<!-- table: ", re.M)  # a marker opens a line; one quoted in text does not count
+_OPTIONS = ("columns", "where")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # 1-based line of the opening marker
+    spec: str  # what the marker says: the path, then options
+    body: str
+
+    @property
+    def path(self) -> str:
+        """The cited output, relative to the repository root."""
+        return self.spec.split(";")[0].strip()
+
+    def options(self) -> dict[str, list[str]]:
+        options = {}
+        for part in self.spec.split(";")[1:]:
+            name, _, value = part.strip().partition("=")
+            if name not in _OPTIONS or not value:
+                raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}; the options are "
+                                 f"`; columns=A,B,...` and `; where=COLUMN:VALUE`")
+            options[name] = [v.strip() for v in value.split(",")] if name == "columns" else value.split(":", 1)
+        return options
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    found = [Block(page, text.count("\n", 0, m.start()) + 1, m["spec"].strip(), m["body"])
+             for m in _BLOCK.finditer(text)]
+    opening = len(_MARKER.findall(text))
+    if opening != len(found):
+        raise InputError(f"{page}: {opening} '<!-- table: PATH -->' markers but {len(found)} blocks closed by "
+                         f"'<!-- /table -->' (each marker stands on its own line before the table)")
+    return found
+
+
+def expected_body(root: Path, block: Block) -> str | None:
+    """What the block must hold, made from its file; None when the file is not built here."""
+    source = root / block.path
+    if not source.is_file():
+        return None
+    content = source.read_text(encoding="utf-8")
+    options = block.options()
+    if not options:
+        return content if content.endswith("\n") else content + "\n"
+    header, rows = _first_table(content, f"{block.path} (cited at {block.page}:{block.line})")
+    columns = options.get("columns", header)
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise InputError(f"{block.page}:{block.line}: {block.path} has no column {', '.join(missing)}; "
+                         f"its columns: {', '.join(header)}")
+    if "where" in options:
+        column, value = options["where"]
+        if column not in header:
+            raise InputError(f"{block.page}:{block.line}: {block.path} has no column {column}")
+        rows = [r for r in rows if r[header.index(column)] == value]
+    picked = [[row[header.index(c)] for c in columns] for row in rows]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in picked]
+    return "\n".join(lines) + "\n"
+
+
+def _first_table(content: str, what: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the first markdown table in `content`, cells stripped."""
+    lines = content.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if start is None or start + 1 >= len(lines) or not set(lines[start + 1]) <= set("|:- "):
+        raise InputError(f"{what}: no markdown table")
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return table[0], table[2:]
+
+
+def sync(root: Path, pages: list[Path], check: bool) -> tuple[list[str], list[str], list[str]]:
+    """(blocks that differ from their file, blocks checked or rewritten, blocks whose file is absent), each
+    as "page:line path"; with `check` False the differing blocks are rewritten in place."""
+    differing, done, absent = [], [], []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        changed = text
+        for block in blocks(page):
+            where = f"{page.relative_to(root) if page.is_relative_to(root) else page}:{block.line} {block.path}"
+            body = expected_body(root, block)
+            if body is None:
+                absent.append(where)
+                continue
+            done.append(where)
+            if body != block.body:
+                differing.append(where)
+                if not check:
+                    changed = changed.replace(f"<!-- table: {block.spec} -->\n{block.body}<!-- /table -->",
+                                              f"<!-- table: {block.spec} -->\n{body}<!-- /table -->", 1)
+        if changed != text:
+            page.write_text(changed, encoding="utf-8")
+    return differing, done, absent
+
+
+def pages(root: Path) -> list[Path]:
+    """README.md and every page under docs/."""
+    return [root / "README.md", *sorted((root / "docs").glob("**/*.md"))]
