@@ -129,6 +129,16 @@ def test_prompts_with_different_shared_prefixes_in_one_call(fast, eager):
     assert_same(fast.generate(batch, 10), eager.generate(batch, 10))
 
 
+def test_a_prompt_with_no_shared_part_after_one_with_a_shared_prefix(fast, eager):
+    """An empty shared part is no prefix to encode (the cached few-shot prefix stays for the next call)."""
+    from adaptive_rag.lm.base import Prompt
+
+    batch = [prompts("chat")[0], Prompt(text="Which river flows through Carrowmere?"), prompts("chat")[1]]
+    for lm_calls in (fast, eager):
+        lm_calls.generate(batch[:1], 4)
+    assert_same([fast.generate([p], 8)[0] for p in batch], [eager.generate([p], 8)[0] for p in batch])
+
+
 def test_static_shapes_give_the_dynamic_results(lively_dir, fast):
     """The padded, fixed-shape step a CUDA graph would record (run here without capture)."""
     static = HFModel(lively_dir, batch_size=3)

@@ -187,7 +187,10 @@ class HFModel:
                 for p in prompts]
 
     def prefix_kv(self, prefix: tuple[int, ...]) -> PrefixKV:
-        """The fast path's cache of a shared prefix, computed once per distinct prefix (the last is kept)."""
+        """The fast path's cache of a shared prefix, computed once per distinct prefix (the last is kept;
+        an empty prefix, prompts that share nothing, needs no pass and leaves it in place)."""
+        if not prefix:
+            return PrefixKV(())
         if prefix != self._prefix_kv.ids:
             with self.torch.inference_mode():
                 self._prefix_kv = self.decoder.encode_prefix(prefix)

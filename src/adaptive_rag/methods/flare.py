@@ -33,7 +33,8 @@ class FLARE(TriggeredRetrieval):
             **cls.read_common(section, keep="first-sentence"),  # FLARE regenerates the sentence
             "variant": variant,
             "granularity": section.str("granularity", "token", ("token", "word")),
-            # a probability in `paper`, a mean of 1 - p in `dragin-code`: in [0, 1] either way
+            # a probability in `paper` (retrieve "if the confidence of any token is lower than a preset
+            # threshold", as SCAAR's §2 restates FLARE), a mean of 1 - p in `dragin-code`: in [0, 1] either way
             "theta": section.float("theta", DEFAULT_THETA[variant], minimum=0.0, maximum=1.0),
         }
         if variant == "paper":
