@@ -93,6 +93,18 @@ def test_real_lucene_index_is_built_and_searched(collection, tmp_path):
 
 
 @pytest.mark.slow  # Anserini's IndexCollection runs in a java process
+def test_a_relative_index_path_is_read_against_the_current_directory(collection, tmp_path, monkeypatch):
+    """The JVM keeps the directory it started in; a relative path given after a `chdir` still opens."""
+    _, out, manifest = collection
+    build_index(out, tmp_path / "data/index", threads=1, expected=manifest["passages"])  # the JVM is up now
+    monkeypatch.chdir(tmp_path)
+    retriever = BM25Retriever("data/index")
+    assert retriever.search("harbour town rope", 1)[0].id == "4"
+    assert [term for term, _ in retriever.term_statistics("rope walks")] == ["rope", "walk"]
+    assert retriever.identity()["index"] == "data/index"  # the identity keeps the path as given
+
+
+@pytest.mark.slow  # Anserini's IndexCollection runs in a java process
 def test_index_count_mismatch_is_an_error(collection, tmp_path):
     _, out, _ = collection
     with pytest.raises(RuntimeError, match="index has 4 documents but the corpus has 5"):

@@ -61,7 +61,9 @@ class BM25Retriever:
             raise InputError(f"{self.index_dir}: not a Lucene index (run the index step first)")
         autoclass = start_jvm()
         try:
-            self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir))
+            # The JVM keeps the working directory it started in: a relative path would be read
+            # against that one after a `chdir` (a library caller, a test), so Java gets it absolute.
+            self._searcher = autoclass("io.anserini.search.SimpleSearcher")(str(self.index_dir.resolve()))
             self.num_docs = int(self._searcher.get_total_num_docs())
         except Exception as exc:  # jnius.JavaException: Lucene found the files damaged or missing
             if type(exc).__name__ != "JavaException":
@@ -93,7 +95,7 @@ class BM25Retriever:
         pyserini's analysis and prebuilt-index modules for two calls)."""
         if self._reader is None:
             autoclass = start_jvm()
-            self._reader = autoclass("io.anserini.index.IndexReaderUtils").getReader(str(self.index_dir))
+            self._reader = autoclass("io.anserini.index.IndexReaderUtils").getReader(str(self.index_dir.resolve()))
             self._analyzer = autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newStemmingInstance("porter")
             self._analyze = autoclass("io.anserini.analysis.AnalyzerUtils").analyze
             term, field = autoclass("org.apache.lucene.index.Term"), autoclass("io.anserini.index.Constants").CONTENTS
