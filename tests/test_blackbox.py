@@ -379,7 +379,7 @@ def test_sugar_on_the_api_backend_routes_every_question_like_the_white_box_run(a
     from adaptive_rag.settings import Section
     from adaptive_rag.data.datasets import load_dataset
     from adaptive_rag.methods.base import Context
-    from adaptive_rag.methods.sugar import Sugar
+    from adaptive_rag.methods.sugar.sugar import Sugar
     from adaptive_rag.prompts.fewshot import load_exemplars
 
     examples = load_dataset("hotpotqa", REPO / "data/demo/hotpot_demo.json")[:6]

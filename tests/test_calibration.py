@@ -1,6 +1,6 @@
 """The one calibration step every method type with a threshold read from data uses (SeaKR, SUGAR): which
 types it serves, what it refuses, and the checks on `calibration_dataset` made before any work starts.
-The numbers each type computes are tested with the type (tests/methods/test_seakr.py, test_sugar.py,
+The numbers each type computes are tested with the type (tests/methods/seakr/test_seakr.py, test_sugar.py,
 parts/test_routing.py); the step end to end on the tiny model in tests/test_workflow.py."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from adaptive_rag.errors import ConfigError
 from adaptive_rag.lm.base import BLACK_BOX, GRADIENTS, WHITE_BOX, IGSettings, Prompt, require
 from adaptive_rag.lm.hf import HFModel
 from adaptive_rag.lm.integrated_gradients import integrated_gradients, quadrature
-from adaptive_rag.methods.parts.attribution import token_scores
+from adaptive_rag.methods.dior.attribution import token_scores
 
 QUESTION = Prompt(text="Where was Idris Penhallow born?")  # the bare question, as the reference feeds it
 

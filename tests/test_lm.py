@@ -124,7 +124,7 @@ def test_capability_errors_come_before_any_generation(tiny_model_dir):
     black_box = ("wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "scaar")  # token log-probabilities only
     white_box = {name: data["methods"].pop(name) for name in list(data["methods"]) if name not in black_box}
     data.pop("ablations")
-    data.pop("detectors")  # DioR's detector data needs a white-box model too (tests/test_detector_data.py)
+    data.pop("detectors")  # DioR's detector data needs a white-box model too (tests/methods/dior/test_detector_data.py)
     data["experiment"]["methods"] = ["wo-rag", "sr-rag"]
     parse_params(data)
     data["methods"]["dragin"] = white_box["dragin"]

@@ -21,10 +21,28 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
     by_module = {}
     for name in types:
         by_module.setdefault(registry.method_class(name).__module__.rsplit(".", 1)[-1], []).append(name)
-    modules = {m.name for m in pkgutil.iter_modules(methods_package.__path__) if not m.ispkg}
+    modules = {m.name for m in pkgutil.iter_modules(methods_package.__path__)}
     assert set(by_module) == modules - registry.NOT_METHODS  # one file per method, no helper among them
+    packages = {m.name for m in pkgutil.iter_modules(methods_package.__path__) if m.ispkg} - {"parts"}
+    assert packages == {"dior", "seakr", "sugar"}  # a paper's package: its method in <paper>/<paper>.py
+    for package in packages:
+        assert {registry.method_class(name).__module__ for name in by_module[package]} == \
+            {f"adaptive_rag.methods.{package}.{package}"}
     assert types == ["dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "sr-rag", "sugar",
                      "weighted-threshold", "wo-rag"]
+
+
+def test_a_method_package_without_its_method_module_is_refused(tmp_path, monkeypatch):
+    """A package under methods/ that lacks <name>/<name>.py would otherwise vanish from the registry."""
+    (tmp_path / "orphan").mkdir()
+    (tmp_path / "orphan" / "__init__.py").write_text("")
+    (tmp_path / "orphan" / "parts_only.py").write_text("")
+    monkeypatch.setattr(methods_package, "__path__", [*methods_package.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_discovered", False)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    with pytest.raises(RuntimeError, match=r"adaptive_rag\.methods\.orphan: a method package holds its method "
+                                           r"in orphan/orphan\.py"):
+        registry.discover()
 
 
 class _Toy(Method):

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def tiny_params(model_source):
     def edit(data):
-        data.pop("detectors")  # their targets and DVC stages have their own test (tests/test_detector_data.py)
+        data.pop("detectors")  # their targets and DVC stages have their own test (tests/methods/dior/test_detector_data.py)
         data["model"].update(name="tiny", source=str(model_source))
         data["generation"].update(max_new_tokens=6, threads=1, cache=None)  # reruns must recompute
         data["datasets"]["demo"]["sample"]["size"] = 4

@@ -87,7 +87,7 @@ def calibrate(params: Params, dataset: str, method: str, split: Path, model_dir:
 
 
 def _seakr(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None):
-    from .methods.seakr import SeaKR
+    from .methods.seakr.seakr import SeaKR
 
     if not issubclass(method_class(params.method(method).type), SeaKR):
         raise InputError(f"methods.{method}: type {params.method(method).type!r} has no self-aware uncertainty "
@@ -101,7 +101,7 @@ def sweep(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
     from tqdm import tqdm
 
     from .methods.parts.uncertainty import eigenscore
-    from .methods.seakr import QuestionState
+    from .methods.seakr.seakr import QuestionState
 
     seakr, examples, size = _seakr(params, dataset, method, split, model_dir)
     layers = tuple(range(1, seakr.ctx.lm.num_layers + 1))

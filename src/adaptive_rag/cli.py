@@ -428,7 +428,7 @@ def _detectors(params, kind: str):
 def cmd_detector_data(args) -> None:
     """DioR's detector data: early (bare answers, labels, IG, first-token statistics of the training
     questions) or realtime (Alg. 2 continuations, token labels, last-layer hidden states)."""
-    from .detector_data import build_early, build_realtime
+    from .methods.dior.detector_data import build_early, build_realtime
     from .lm.factory import build_model
 
     params = _params(args)
@@ -453,7 +453,7 @@ def cmd_detector_data(args) -> None:
 
 
 def cmd_train_detector(args) -> None:
-    from .detector_train import train_detector
+    from .methods.dior.detector_train import train_detector
 
     params = _params(args)
     _detectors(params, args.kind)
@@ -467,7 +467,7 @@ def cmd_train_detector(args) -> None:
 
 def cmd_detector_plots(args) -> None:
     from .io import read_json
-    from .methods.parts.detectors import data_sidecars
+    from .methods.dior.detectors import data_sidecars
     from .reports.detectors import write_detector_figures
 
     data = Path(args.data)

@@ -190,11 +190,11 @@ class MethodConfig:
         return self.per_dataset.get(dataset, self.settings)
 
 
-# `detectors.*` keys whose values must match what methods/parts/detectors.py and realtime_labels.py accept; config
-# may not import them (it imports no method module), so tests/test_detector_data.py keeps the two in step.
+# `detectors.*` keys whose values must match what methods/dior/detectors.py and realtime_labels.py accept; config
+# may not import them (it imports no method module), so tests/methods/dior/test_detector_data.py keeps the two in step.
 EARLY_FEATURES = ("attribution-sequence", "attribution-entropy")
 ENTITY_REFERENCES = ("suffix", "passage")
-BARE_FORMATS = ("raw", "chat")  # methods/parts/attribution.py's bare_question(question, prompt_format)
+BARE_FORMATS = ("raw", "chat")  # methods/dior/attribution.py's bare_question(question, prompt_format)
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,13 @@ CODE = {  # the package code each kind of step runs (a change reruns the stage)
 }
 CODE["ablation"] = [*CODE["generate"], f"{SRC}/ablations.py", *CODE["report"]]
 # DioR's detectors: building their data runs the model (and the dataset loaders, for the disjointness check)
-CODE["detector_data"] = [f"{SRC}/detector_data.py", f"{SRC}/data", f"{SRC}/evaluation/metrics.py", f"{SRC}/lm",
-                         *(f"{SRC}/methods/parts/{name}.py" for name in ("attribution", "contribution", "detectors",
-                                                                         "lookahead", "realtime_labels", "text"))]
-CODE["train_detector"] = [f"{SRC}/detector_train.py", f"{SRC}/methods/parts/detectors.py",
-                          f"{SRC}/methods/parts/detector_nets.py"]
+CODE["detector_data"] = [f"{SRC}/methods/dior/detector_data.py", f"{SRC}/data", f"{SRC}/evaluation/metrics.py",
+                         f"{SRC}/lm", *(f"{SRC}/methods/dior/{name}.py" for name in ("attribution", "detectors",
+                                                                                  "realtime_labels")),
+                         *(f"{SRC}/methods/parts/{name}.py" for name in ("contribution", "lookahead", "text",
+                                                                         "uncertainty"))]
+CODE["train_detector"] = [f"{SRC}/methods/dior/detector_train.py", f"{SRC}/methods/dior/detectors.py",
+                          f"{SRC}/methods/dior/detector_nets.py", f"{SRC}/methods/parts/uncertainty.py"]
 CODE["detector_report"] = [f"{SRC}/reports/detectors.py", f"{SRC}/reports/figures.py"]
 # What `rule dior_detector_plots` and `rule dior_detector_table` (workflow/rules/detectors.smk) write.
 DETECTOR_FIGURES = tuple(f"reports/ablations/dior-fig{n}.{suffix}" for n in range(4, 10) for suffix in ("png", "csv"))
@@ -272,7 +274,7 @@ def _detector_stages(b: _Builder, stages: "_Stages") -> None:
     (early) and the table; each stage runs the rule of the same name. The data stages' params are the
     detector's section and the model (the early data also checks every dataset, so every dataset's
     entry and file is a dependency of it)."""
-    from .methods.parts.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
+    from .methods.dior.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
                                           data_sidecars, metrics_path)
 
     p = b.p

@@ -1,9 +1,9 @@
 # DioR's trained detectors (`detectors:` in params.yaml; docs/dior.md#detectors-as-workflow-targets): their
 # training data, the trained weights with held-out metrics, the paper's Figures 4-9 and the detector table. The
-# weights are at the fixed paths the `dior` method reads (methods/parts/detectors.py: EARLY_DETECTOR,
+# weights are at the fixed paths the `dior` method reads (methods/dior/detectors.py: EARLY_DETECTOR,
 # REALTIME_DETECTOR). Only rules of configured detectors exist; none is part of the default target.
 # Targets: `snakemake --cores all detectors` (everything below), or any rule name, e.g. train_early_detector.
-from adaptive_rag.methods.parts.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
+from adaptive_rag.methods.dior.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
                                                   data_sidecars, metrics_path)
 
 DETECTOR_FIGURES = "reports/ablations/dior-fig"  # + 4..9, .png and .csv

@@ -1,7 +1,9 @@
 """Method types register themselves; the registry finds them by importing the modules of `methods/`.
 
 Dropping `methods/<name>.py` with a `@register("<name>")` class in is all it takes to make
-`type: <name>` valid in params.yaml: no list of methods exists anywhere else. Discovery imports the
+`type: <name>` valid in params.yaml: no list of methods exists anywhere else. A paper with many parts
+gets a package instead, `methods/<paper>/`, whose method lives in `methods/<paper>/<paper>.py` beside
+the parts only it uses (`methods/parts/` holds what two or more methods share). Discovery imports the
 modules by name on first use (importlib), so params validation asks the registry and the registry
 never imports a method module statically; the method modules import this one and the settings
 reader, never `config`. Kept import-light: the Snakefile validates params at parse time.
@@ -10,6 +12,7 @@ reader, never `config`. Kept import-light: the Snakefile validates params at par
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import textwrap
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from .base import Method
 
 PACKAGE = __name__.rsplit(".", 1)[0]  # adaptive_rag.methods
-NOT_METHODS = frozenset({"registry", "base"})  # the modules of methods/ that hold no method type
+NOT_METHODS = frozenset({"registry", "base", "parts"})  # the modules of methods/ that hold no method type
 
 _REGISTRY: dict[str, type["Method"]] = {}
 _discovered = False
@@ -49,14 +52,22 @@ def register(name: str):
 
 
 def discover() -> None:
-    """Import every module directly in `methods/` once; their `@register` calls fill the registry."""
+    """Import every method module once (`methods/<name>.py`, and `methods/<paper>/<paper>.py` for a
+    paper's package); their `@register` calls fill the registry. A package without its method module
+    is an error here rather than a method type that silently goes missing."""
     global _discovered
     if _discovered:
         return
     package = importlib.import_module(PACKAGE)
     for module in pkgutil.iter_modules(package.__path__):
-        if not module.ispkg and module.name not in NOT_METHODS and not module.name.startswith("_"):
-            importlib.import_module(f"{PACKAGE}.{module.name}")
+        if module.name in NOT_METHODS or module.name.startswith("_"):
+            continue
+        name = f"{PACKAGE}.{module.name}"
+        if module.ispkg:
+            if importlib.util.find_spec(f"{name}.{module.name}") is None:
+                raise RuntimeError(f"{name}: a method package holds its method in {module.name}/{module.name}.py")
+            name = f"{name}.{module.name}"
+        importlib.import_module(name)
     _discovered = True
 
 

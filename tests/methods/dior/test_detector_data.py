@@ -17,16 +17,16 @@ import yaml
 from adaptive_rag import cli
 from adaptive_rag.config import (BARE_FORMATS, EARLY_FEATURES, ENTITY_REFERENCES, load_params, parse_params)
 from adaptive_rag.data.datasets import Example, load_dataset
-from adaptive_rag.detector_data import (activation_entropies, answer_line, build_early, build_realtime,
+from adaptive_rag.methods.dior.detector_data import (activation_entropies, answer_line, build_early, build_realtime,
                                         check_disjoint, output_entropy)
-from adaptive_rag.detector_train import train_detector
+from adaptive_rag.methods.dior.detector_train import train_detector
 from adaptive_rag.errors import ConfigError, InputError
 from adaptive_rag.evaluation.metrics import contains_gold, normalize_answer
 from adaptive_rag.io import read_json, read_jsonl, write_json, write_jsonl
 from adaptive_rag.lm.base import IGSettings, Prompt
-from adaptive_rag.methods.parts import attribution, detectors, realtime_labels
-from adaptive_rag.methods.parts.attribution import bare_question
-from adaptive_rag.methods.parts.detectors import data_sidecars, metrics_path
+from adaptive_rag.methods.dior import attribution, detectors, realtime_labels
+from adaptive_rag.methods.dior.attribution import bare_question
+from adaptive_rag.methods.dior.detectors import data_sidecars, metrics_path
 from conftest import REPO
 
 DEMO = REPO / "data" / "demo"
@@ -175,7 +175,7 @@ def test_demo_early_questions_are_what_the_builder_writes_and_load(base):
 
 def test_demo_early_questions_share_no_question_with_the_demo(base, monkeypatch):
     monkeypatch.chdir(REPO)
-    from adaptive_rag.detector_data import dataset_sample
+    from adaptive_rag.methods.dior.detector_data import dataset_sample
 
     p = parsed(base)
     training = {"demo-early": ("early_questions.json", dataset_sample(p, "demo-early"))}
@@ -604,7 +604,7 @@ def test_the_passage_sample_streams_the_file_and_equals_sampling_the_whole_list(
     loading the file (the DPR dump holds 21M passages)."""
     from adaptive_rag.data.corpus import iter_passages
     from adaptive_rag.data.sampling import sample
-    from adaptive_rag.detector_data import sampled_passages
+    from adaptive_rag.methods.dior.detector_data import sampled_passages
 
     path = REPO / "data/demo/psgs_demo.tsv"
     for size, seed in ((20, 0), (20, 3), (None, 1)):

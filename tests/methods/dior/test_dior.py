@@ -21,9 +21,9 @@ from adaptive_rag.lm.base import ATTENTIONS, ENTROPY, GRADIENTS, HIDDEN_STATES, 
 from adaptive_rag.lm.capabilities import WHITE_BOX
 from adaptive_rag.methods import registry
 from adaptive_rag.methods.base import Context
-from adaptive_rag.methods.dior import DioR
-from adaptive_rag.methods.parts import detectors as detectors_module
-from adaptive_rag.methods.parts import keywords
+from adaptive_rag.methods.dior.dior import DioR
+from adaptive_rag.methods.dior import detectors as detectors_module
+from adaptive_rag.methods.dior import keywords
 from adaptive_rag.methods.parts.lookahead import LookAhead
 from adaptive_rag.methods.parts.text import Entity
 

@@ -4,9 +4,9 @@ judge's forced choice and prompt, string matching, cosine, and name parsing."""
 import pytest
 
 from adaptive_rag.errors import ConfigError, InputError
-from adaptive_rag.methods.parts.entailment import (
+from adaptive_rag.methods.sugar.entailment import (
     LM_CHOICES, LMJudge, MatchJudge, NLIJudge, label_ids, lm_judge_question, load_judge, parse_judge)
-from adaptive_rag.methods.parts.semantic_entropy import CONTRADICTION, ENTAILMENT, NEUTRAL, cluster
+from adaptive_rag.methods.sugar.semantic_entropy import CONTRADICTION, ENTAILMENT, NEUTRAL, cluster
 
 MNLI = {0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}
 CROSS_ENCODER = {0: "contradiction", 1: "entailment", 2: "neutral"}
@@ -113,7 +113,7 @@ def test_judge_names_are_checked_without_loading():
 
 def test_cached_judge_answers_a_repeated_pair_from_the_call_cache(tmp_path):
     from adaptive_rag.lm.cache import CallCache
-    from adaptive_rag.methods.parts.entailment import CachedJudge
+    from adaptive_rag.methods.sugar.entailment import CachedJudge
 
     class Counting:
         name, identity = "counting", {"judge": "counting"}

@@ -51,7 +51,7 @@ import numpy as np
 
 from ...errors import InputError
 from ...io import atomic_write, write_json
-from .uncertainty import auroc
+from ..parts.uncertainty import auroc
 
 FORMAT = "adaptive-rag-detector-v1"
 KINDS = ("early", "realtime")

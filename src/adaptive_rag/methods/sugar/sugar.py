@@ -22,7 +22,7 @@ is the greedy one; the sampling call counts in Gc and its tokens in Tc, as SE is
 `thresholds: calibrated | mean` reads them off a calibration split instead (the paper's unpublished
 "cross-validation", and its Table III rule), from the file the calibrate step writes: there every
 calibration question is sampled once, exactly as a run samples it, and answered by all three branches,
-so any (t1, t2) can be scored without running again (`parts/routing.py`).
+so any (t1, t2) can be scored without running again (`sugar/routing.py`).
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import ConfigError, InputError
-from ..evaluation.answer import predicted
-from ..lm.base import SAMPLING, SCORING, SampleSet, SamplingParams
-from ..prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
-from ..settings import Section, show
-from .base import Answer, Method, count_sentences, step_record
-from .fs_rag import FixedSentenceRetrieval
-from .parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
-from .parts.entailment import load_judge, parse_judge
-from .parts.routing import BRANCHES, best, mean_rule, quantiles, route, search
-from .parts.semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_entropy, sequence_loglik
-from .registry import register
+from ...errors import ConfigError, InputError
+from ...evaluation.answer import predicted
+from ...lm.base import SAMPLING, SCORING, SampleSet, SamplingParams
+from ...prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
+from ...settings import Section, show
+from ..base import Answer, Method, count_sentences, step_record
+from ..fs_rag import FixedSentenceRetrieval
+from ..parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
+from .entailment import load_judge, parse_judge
+from .routing import BRANCHES, best, mean_rule, quantiles, route, search
+from .semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_entropy, sequence_loglik
+from ..registry import register
 
 SIGNALS = ("se", "pe")
 PAPER_THRESHOLDS = [0.4, 0.9]

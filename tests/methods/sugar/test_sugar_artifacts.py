@@ -15,7 +15,7 @@ import yaml
 from adaptive_rag.config import parse_params
 from adaptive_rag.errors import ConfigError, InputError
 from adaptive_rag.evaluation.score import cache_hits
-from adaptive_rag.methods.parts.routing import route
+from adaptive_rag.methods.sugar.routing import route
 from adaptive_rag.reports.ablations import ablation_frame, write_ablation
 from adaptive_rag.reports.sugar_entropy import entropy_levels, write_entropy_levels
 from adaptive_rag.reports.tables import time_rel

@@ -24,12 +24,12 @@ that fires, retrieve, regenerate), with DioR's parts (engineering spec `../share
     attention, word units, real-word filter after thresholding), above `theta`;
   - `rind+mlp`: either fires (the reference code's OR of its two detectors, with our MLP);
   - `prob`: any token with p < `prob_theta` (0.5), the paper's "w/o RD" (FLARE at token level).
-- The query (`pre:`): the keyword scoring of `parts/keywords.py` over the question's candidates and
+- The query (`pre:`): the keyword scoring of `dior/keywords.py` over the question's candidates and
   the generated text's entities minus the flagged tokens; `pre: sequential` is "w/o Pre-R".
-- Post-retrieval (`post:`): `stepwise` (`parts/stepwise.py`: rounds that take part of the documents
+- Post-retrieval (`post:`): `stepwise` (`dior/stepwise.py`: rounds that take part of the documents
   and grow the query with their new keywords; Rc counts every search) or `single` ("w/o Post-R":
   one search of `top_k`). `max_retrievals` caps the triggers (Hc, ED's included), not the searches.
-- Each selected document is cut into blocks (`chunk:`, `parts/chunking.py`), and the prompt shows
+- Each selected document is cut into blocks (`chunk:`, `dior/chunking.py`), and the prompt shows
   them in the paper's "External Knowledge After Chunk" layout (`prompt: paper`, the passage and
   context pieces of `prompts/templates/dior.yaml` over the dataset's template) or the project's usual
   prompt with each block as a passage (`prompt: dragin`, the reference code's "Context:" list).
@@ -49,18 +49,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..lm.base import ATTENTIONS, ENTROPY, GRADIENTS, HIDDEN_STATES, NO_EXTRAS, Extras, IGSettings
-from ..retrieval import Hit
-from .base import step_record
-from .parts.components import Detection
-from .parts.detectors import EARLY_DETECTOR, REALTIME_DETECTOR
-from .parts.keywords import (DEFAULT_WEIGHTS, PRE, SIMILARITY, TERMS, TFIDF, CorpusIdf, KeywordContext,
+from ...lm.base import ATTENTIONS, ENTROPY, GRADIENTS, HIDDEN_STATES, NO_EXTRAS, Extras, IGSettings
+from ...retrieval import Hit
+from ..base import step_record
+from ..parts.components import Detection
+from .detectors import EARLY_DETECTOR, REALTIME_DETECTOR
+from .keywords import (DEFAULT_WEIGHTS, PRE, SIMILARITY, TERMS, TFIDF, CorpusIdf, KeywordContext,
                              context_idf, cosines, entity_candidates, keyword_query, merge, position_term,
                              question_candidates, question_real_words, similarity_term, tfidf_term,
                              attention_term)
-from .parts.lookahead import LookAhead, probability
-from .parts.loop import TriggeredRetrieval
-from .registry import register
+from ..parts.lookahead import LookAhead, probability
+from ..parts.loop import TriggeredRetrieval
+from ..registry import register
 
 SWITCH = ("on", "off")
 REALTIME = ("mlp-hidden", "rind", "rind+mlp", "prob")
@@ -112,8 +112,8 @@ class DioR(TriggeredRetrieval):
 
     @classmethod
     def read_settings(cls, section):
-        from .parts.chunking import CHUNKS
-        from .parts.stepwise import RELEVANCE, StepwiseSettings
+        from .chunking import CHUNKS
+        from .stepwise import RELEVANCE, StepwiseSettings
 
         stepwise = StepwiseSettings()
         return {
@@ -218,7 +218,7 @@ class DioR(TriggeredRetrieval):
     def early_detection(self, states) -> list:
         """One attribution per question and the early detector over all of them; the states it fires for
         (uncapped ones whose p(hallucination) > `early_threshold`)."""
-        from .parts.attribution import bare_question, token_scores
+        from .attribution import bare_question, token_scores
 
         start = time.perf_counter()
         detector = self.detector("early")
@@ -278,8 +278,8 @@ class DioR(TriggeredRetrieval):
 
     def rind(self, lookahead, sentence) -> Detection:
         """DRAGIN's RIND as its reference code scores it (`dragin.py`, `reference: dragin-code`)."""
-        from .parts.attention import reencoded_received
-        from .parts.rind import rind_detection
+        from ..parts.attention import reencoded_received
+        from ..parts.rind import rind_detection
 
         if self._reencoded[0] is not lookahead:
             ids = lookahead.c.token_ids
@@ -294,7 +294,7 @@ class DioR(TriggeredRetrieval):
     def mlp(self, lookahead, sentence) -> Detection:
         """The real-time detector on the hidden state of each judged token: the sentence's entity tokens
         (`realtime_tokens: entities`) or all of them; flagged when p(non-hallucination) < 0.5."""
-        from .parts.text import entities
+        from ..parts.text import entities
 
         c = lookahead.c
         if c.hidden is None:
@@ -315,8 +315,8 @@ class DioR(TriggeredRetrieval):
         """The trained detector (loaded once), refused if trained for another model or, for ED, on other
         features than `early_features`."""
         if kind not in self._detectors:
-            from ..errors import InputError
-            from .parts.detectors import load
+            from ...errors import InputError
+            from .detectors import load
 
             key = f"{kind}_detector"
             path = Path(self.ctx.inputs.get(key) or self.settings[key])
@@ -362,7 +362,7 @@ class DioR(TriggeredRetrieval):
             else:
                 retriever = self.ctx.retriever
                 if not hasattr(retriever, "term_statistics"):
-                    from ..errors import ConfigError
+                    from ...errors import ConfigError
 
                     raise ConfigError(f"tfidf: corpus reads document frequencies from a BM25 index, and this run "
                                       f"searches {type(retriever).__name__}; use tfidf: context")
@@ -372,7 +372,7 @@ class DioR(TriggeredRetrieval):
     def similarity(self):
         if self._similarity is None:
             if self.settings["similarity"] == "minilm":
-                from .parts.contribution import DEFAULT_SIMILARITY, load_similarity
+                from ..parts.contribution import DEFAULT_SIMILARITY, load_similarity
 
                 self._similarity = load_similarity(DEFAULT_SIMILARITY).similarities
             else:
@@ -388,7 +388,7 @@ class DioR(TriggeredRetrieval):
     # ---- post-retrieval and the prompt --------------------------------------------------------------
 
     def stepwise_settings(self):
-        from .parts.stepwise import StepwiseSettings
+        from .stepwise import StepwiseSettings
 
         s = self.settings
         return StepwiseSettings(docs=s["top_k"], step_fraction=s["step_fraction"], new_keywords=s["new_keywords"],
@@ -398,8 +398,8 @@ class DioR(TriggeredRetrieval):
     def retrieve(self, state, query: str) -> list[Hit]:
         """Post-retrieval for one trigger: stepwise rounds (or one search), each selected document cut into
         blocks; the prompt's passages are the blocks. Rc += the searches made."""
-        from .parts.chunking import chunk_passage
-        from .parts.stepwise import single_retrieve, stepwise_retrieve
+        from .chunking import chunk_passage
+        from .stepwise import single_retrieve, stepwise_retrieve
 
         start = time.perf_counter()
         if self.settings["post"] == "stepwise":
@@ -421,7 +421,7 @@ class DioR(TriggeredRetrieval):
     def passages(self, hits, chunks) -> list[Hit]:
         """`prompt: paper`: one passage per document, its text the numbered block list ("(1).b1 (2).b2",
         the document's own text with `chunk: none`); `prompt: dragin`: one passage per block."""
-        from .parts.chunking import render_chunks
+        from .chunking import render_chunks
 
         if self.settings["prompt"] == "dragin":
             return [Hit(h.id, h.title, block, h.score) for h, blocks in zip(hits, chunks) for block in blocks]
@@ -437,7 +437,7 @@ class DioR(TriggeredRetrieval):
         """With passages and `prompt: paper`, the dataset's template with DioR's knowledge block."""
         if not passages or self.settings["prompt"] != "paper":
             return super().cot_prompt(question, passages)
-        from ..prompts.fewshot import build_prompt
+        from ...prompts.fewshot import build_prompt
 
         return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, question, passages,
                             template=self.paper_template())
@@ -448,7 +448,7 @@ class DioR(TriggeredRetrieval):
         if self._template is None:
             import dataclasses
 
-            from ..prompts.template import Template, load_template
+            from ...prompts.template import Template, load_template
 
             base = self.ctx.template or load_template()
             dior = load_template(PAPER_TEMPLATE).styles["cot"]

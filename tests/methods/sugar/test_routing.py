@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from adaptive_rag.methods.parts.routing import GRID_CUTS, best, cuts, mean_rule, quantiles, route, search
+from adaptive_rag.methods.sugar.routing import GRID_CUTS, best, cuts, mean_rule, quantiles, route, search
 
 # Four questions: SE, then Acc and retrievals of their none / single / multi answers.
 #   q1 0.1: right without retrieval and with one, wrong with IRCoT (2 rounds)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from adaptive_rag.methods.parts.realtime_labels import (PROMPT, cut_points, label_continuation, match_entities,
+from adaptive_rag.methods.dior.realtime_labels import (PROMPT, cut_points, label_continuation, match_entities,
                                                         normalise, token_labels, truncate, truncations)
 from adaptive_rag.methods.parts.text import Entity
 

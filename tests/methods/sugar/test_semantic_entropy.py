@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from adaptive_rag.methods.parts.semantic_entropy import (
+from adaptive_rag.methods.sugar.semantic_entropy import (
     CONTRADICTION, ENTAILMENT, NEUTRAL, cluster, equivalent, predictive_entropy, semantic_entropy, sequence_loglik)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from adaptive_rag.lm.base import Attribution
 from adaptive_rag.lm.integrated_gradients import per_token
-from adaptive_rag.methods.parts.attribution import (attribution_entropy, early_features, normalise,
+from adaptive_rag.methods.dior.attribution import (attribution_entropy, early_features, normalise,
                                                     token_scores)
 
 # Per-token IG vectors [[3, 4], [0, 0], [6, 8]]: L2 norms [5, 0, 10], sums [7, 0, 14]; a = [1/3, 0, 2/3];

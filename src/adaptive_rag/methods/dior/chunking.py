@@ -40,7 +40,7 @@ from typing import Callable
 
 from . import tfidf
 # `_parse` is text.py's cached parse of a whole text: clauses read the same Doc that `sentences` splits.
-from .text import Span, _parse, sentences
+from ..parts.text import Span, _parse, sentences
 
 CHUNKS = ("sentence", "clause", "none")
 RELEVANCE_NGRAMS = 2  # the reference code's relevance vectorizer: ngram_range=(1, 2)

@@ -15,7 +15,7 @@ from adaptive_rag.data.datasets import Example
 from adaptive_rag.errors import ConfigError, InputError
 from adaptive_rag.lm.base import BLACK_BOX, NO_EXTRAS, WHITE_BOX, Continuation, SampleSet
 from adaptive_rag.methods.base import Answer, Context, Method
-from adaptive_rag.methods.sugar import BRANCHES, Sugar, route
+from adaptive_rag.methods.sugar.sugar import BRANCHES, Sugar, route
 from adaptive_rag.prompts.fewshot import (QA_INSTRUCTION, QA_STOP_STRINGS, STOP_STRINGS, Exemplar, build_prompt,
                                           build_qa_prompt)
 from adaptive_rag.retrieval import Hit

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from adaptive_rag.methods.parts.chunking import relevance
-from adaptive_rag.methods.parts.stepwise import (StepwiseSettings, new_keywords, round_size, single_retrieve,
+from adaptive_rag.methods.dior.chunking import relevance
+from adaptive_rag.methods.dior.stepwise import (StepwiseSettings, new_keywords, round_size, single_retrieve,
                                                  stepwise_retrieve)
 from adaptive_rag.retrieval import Hit
 from conftest import RecordingRetriever

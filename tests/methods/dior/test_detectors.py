@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from adaptive_rag.errors import InputError  # noqa: E402
-from adaptive_rag.methods.parts import detectors as d  # noqa: E402
-from adaptive_rag.methods.parts.detector_nets import EarlyRNN, attribution_entropy  # noqa: E402
+from adaptive_rag.methods.dior import detectors as d  # noqa: E402
+from adaptive_rag.methods.dior.detector_nets import EarlyRNN, attribution_entropy  # noqa: E402
 
 SMALL_GRU = d.EarlyArchitecture(hidden=16, layers=2)
 GRU_TRAINING = d.Training(epochs=10, lr=1e-2, batch_size=32)

@@ -13,7 +13,7 @@ from adaptive_rag.config import parse_params
 from adaptive_rag.data.datasets import Example
 from adaptive_rag.errors import ConfigError, InputError
 from adaptive_rag.lm.base import NO_EXTRAS, WHITE_BOX, SampleSet
-from adaptive_rag.methods.seakr import SeaKR, choose, pos_filter, sure_words, threshold_for_rate
+from adaptive_rag.methods.seakr.seakr import SeaKR, choose, pos_filter, sure_words, threshold_for_rate
 
 from conftest import REPO, SCRIPTED_QUESTION, RecordingRetriever, cont, method_with, settings_of
 

@@ -36,19 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import InputError
-from ..evaluation.answer import extract_answer
-from ..lm.base import (HIDDEN_STATES, LOGITS, NO_EXTRAS, SAMPLING, SCORING, Continuation, Extras, Prompt,
+from ...errors import InputError
+from ...evaluation.answer import extract_answer
+from ...lm.base import (HIDDEN_STATES, LOGITS, NO_EXTRAS, SAMPLING, SCORING, Continuation, Extras, Prompt,
                        SampleSet, SamplingParams)
-from ..prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, build_prompt
-from ..retrieval import Hit
-from .base import Answer, Method, count_sentences
-from .parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
-from .parts.lookahead import LookAhead
-from .parts.loop import says_answer
-from .parts.text import Span, nlp
-from .parts import uncertainty as est
-from .registry import register
+from ...prompts.fewshot import ANSWER_PREFIX, STOP_STRINGS, build_prompt
+from ...retrieval import Hit
+from ..base import Answer, Method, count_sentences
+from ..parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
+from ..parts.lookahead import LookAhead
+from ..parts.loop import says_answer
+from ..parts.text import Span, nlp
+from ..parts import uncertainty as est
+from ..registry import register
 
 VARIANTS = ("multihop", "simple")
 SOURCES = ("mlp", "residual")
@@ -535,7 +535,7 @@ def pos_filter(text: str) -> str:
 
 def rationale_passages(steps: list[tuple[str, float]]) -> list[Hit]:
     """The rationales as numbered context passages, the last one's answer sentences removed (code (a))."""
-    from .parts.text import sentences
+    from ..parts.text import sentences
 
     texts = [text for text, _ in steps]
     if texts:

@@ -13,15 +13,18 @@ each class): that is refused before any training, naming the file and the counts
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import DetectorTraining, Params
+from ...errors import ConfigError, InputError
+from ...io import read_jsonl
+from . import detectors
 from .detector_data import read_meta
-from .errors import ConfigError, InputError
-from .io import read_jsonl
-from .methods.parts import detectors
-from .methods.parts.detectors import data_sidecars
+from .detectors import data_sidecars
+
+if TYPE_CHECKING:  # the steps take the workflow's params; the method layer never imports config
+    from ...config import DetectorTraining, Params
 
 
 def training_settings(cfg: DetectorTraining, default: detectors.Training) -> detectors.Training:

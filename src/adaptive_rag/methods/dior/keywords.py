@@ -49,8 +49,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .lookahead import LookAhead, token_spans
-from .text import entities, real_words, stop_words, words
+from ..parts.lookahead import LookAhead, token_spans
+from ..parts.text import entities, real_words, stop_words, words
 
 TERMS = ("attention", "tfidf", "position", "similarity")
 PRE = ("scored", "sequential")

@@ -10,8 +10,8 @@ import re
 import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from adaptive_rag.methods.parts import tfidf
-from adaptive_rag.methods.parts.chunking import chunk_passage, clauses, relevance, render_chunks
+from adaptive_rag.methods.dior import tfidf
+from adaptive_rag.methods.dior.chunking import chunk_passage, clauses, relevance, render_chunks
 from adaptive_rag.methods.parts.text import sentences
 
 # A demo passage (data/demo/psgs_demo.tsv, id 1) and a question about it.

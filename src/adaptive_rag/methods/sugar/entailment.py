@@ -121,7 +121,7 @@ class NLIJudge:
 
 class CosineJudge:
     def __init__(self, encoder: str, threshold: float, device: str = "cpu"):
-        from .contribution import BiEncoderCosine
+        from ..parts.contribution import BiEncoderCosine
 
         self.similarity, self.threshold = BiEncoderCosine(encoder, device), threshold
         self.name = f"cosine >= {threshold} ({encoder}; similarity, not NLI)"

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...evaluation.metrics import normalize_answer
-from .uncertainty import ln_entropy as predictive_entropy  # noqa: F401  (Table III's PE)
+from ..parts.uncertainty import ln_entropy as predictive_entropy  # noqa: F401  (Table III's PE)
 
 ESTIMATORS = ("rao", "mc", "discrete")
 

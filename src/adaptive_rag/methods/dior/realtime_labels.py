@@ -38,9 +38,9 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .contribution import Similarity
-from .lookahead import token_spans
-from .text import Entity, entities, sentences
+from ..parts.contribution import Similarity
+from ..parts.lookahead import token_spans
+from ..parts.text import Entity, entities, sentences
 
 PROMPT = ("Below is the opening sentence from a Wikipedia article titled {title}. "
           "Please continue the passage from where the sentence ends. {opening}")

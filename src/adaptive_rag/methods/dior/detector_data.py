@@ -50,19 +50,21 @@ import logging
 import random
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TYPE_CHECKING
 
 import numpy as np
 
-from .config import Params
-from .data.datasets import Example, load_dataset
-from .data.sampling import sample
-from .errors import InputError
-from .evaluation.metrics import contains_gold, normalize_answer
-from .io import atomic_write, read_jsonl, sha256_file, write_json, write_jsonl
-from .lm.base import GRADIENTS, HIDDEN_STATES, LOGITS, Extras, IGSettings, Prompt, require
-from .methods.parts.attribution import attribution_entropy, bare_question, token_scores
-from .methods.parts.detectors import data_sidecars
+from ...data.datasets import Example, load_dataset
+from ...data.sampling import sample
+from ...errors import InputError
+from ...evaluation.metrics import contains_gold, normalize_answer
+from ...io import atomic_write, read_jsonl, sha256_file, write_json, write_jsonl
+from ...lm.base import GRADIENTS, HIDDEN_STATES, LOGITS, Extras, IGSettings, Prompt, require
+from .attribution import attribution_entropy, bare_question, token_scores
+from .detectors import data_sidecars
+
+if TYPE_CHECKING:  # the steps take the workflow's params; the method layer never imports config
+    from ...config import Params
 
 log = logging.getLogger("adaptive_rag.detectors")
 
@@ -244,7 +246,7 @@ def sampled_passages(path, size: int | None, seed: int) -> list:
     """The passages `sample(list(iter_passages(path)), size, seed)` gives, in its order, holding only the
     sampled ones in memory: the DPR dump has 21M passages (tens of GB as Python objects), so one pass
     counts them and a second keeps the chosen indices."""
-    from .data.corpus import iter_passages
+    from ...data.corpus import iter_passages
 
     count = sum(1 for _ in iter_passages(path))
     rank_of = {index: rank for rank, index in enumerate(sample(range(count), size, seed))}
@@ -259,7 +261,7 @@ def sampled_passages(path, size: int | None, seed: int) -> list:
 def choose_cuts(passages, seed: int, extract) -> tuple[list, int]:
     """One cut per passage (`realtime_labels.truncations`), chosen by a generator seeded with the seed and
     the passage id, so adding passages never moves another passage's cut. Also: how many had no cut."""
-    from .methods.parts.realtime_labels import truncations
+    from .realtime_labels import truncations
 
     cuts, without = [], 0
     for passage in passages:
@@ -283,9 +285,9 @@ def build_realtime(params: Params, lm, out: Path, similarity=None, extract: Call
     from safetensors.numpy import save
     from tqdm import tqdm
 
-    from .methods.parts.contribution import load_similarity
-    from .methods.parts.realtime_labels import label_continuation
-    from .methods.parts.text import entities
+    from ..parts.contribution import load_similarity
+    from .realtime_labels import label_continuation
+    from ..parts.text import entities
 
     cfg = params.detectors.realtime
     require(lm.capabilities, {HIDDEN_STATES}, "detector-data --kind realtime", params.model.backend)
@@ -349,7 +351,7 @@ def build_realtime(params: Params, lm, out: Path, similarity=None, extract: Call
 
 def read_meta(data: Path, kind: str) -> dict:
     """The meta record beside a detector data file, checked to be of `kind`."""
-    from .io import read_json
+    from ...io import read_json
 
     meta = read_json(data_sidecars(data)[0], f"{kind} detector data's meta file (built with the data)")
     if meta.get("kind") != kind:

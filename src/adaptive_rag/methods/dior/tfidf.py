@@ -12,7 +12,7 @@ So this module takes the analyzer from `TfidfVectorizer` itself (lower-casing, i
 two or more word characters, its English stop-word list, n-grams built after stop words are dropped)
 and applies the formula of the vectorizer's defaults: raw term counts times the smoothed idf
 ln((1 + n) / (1 + df)) + 1 over the n texts fitted together, each row L2-normalised.
-`tests/methods/parts/test_chunking.py` checks the results against `fit_transform` to 1e-12.
+`tests/methods/dior/test_chunking.py` checks the results against `fit_transform` to 1e-12.
 
 Vectors are dicts in first-occurrence order (the order the analyzer yields terms), never in set or
 hash order, so every sum over them, and every tie broken by position, is the same in every process.

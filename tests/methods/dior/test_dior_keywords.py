@@ -1,4 +1,4 @@
-"""DioR's pre-retrieval keyword scoring (`methods/parts/keywords.py`): spec acceptance tests 3 (Eq. 3
+"""DioR's pre-retrieval keyword scoring (`methods/dior/keywords.py`): spec acceptance tests 3 (Eq. 3
 candidates) and 4 (the importance score, its ranking and `pre: sequential`) by hand, each term on
 hand-built inputs, the candidates, and the BM25 index's document frequencies behind `tfidf: corpus`.
 
@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from adaptive_rag.methods.parts import keywords
-from adaptive_rag.methods.parts.keywords import (Candidate, CorpusIdf, KeywordContext, attention_term, context_idf,
+from adaptive_rag.methods.dior import keywords
+from adaptive_rag.methods.dior.keywords import (Candidate, CorpusIdf, KeywordContext, attention_term, context_idf,
                                                  cosines, entity_candidates, ig_candidates, importance,
                                                  keyword_query, merge, min_max, position_term, positions,
                                                  question_candidates, question_real_words, ranking, select,

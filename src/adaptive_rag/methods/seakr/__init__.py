@@ -1,0 +1,1 @@
+"""SeaKR (Yao et al., 2024): the method and its self-aware uncertainty parts."""
