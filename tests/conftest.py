@@ -34,20 +34,26 @@ CHATML = (
 )
 
 
-def build_tiny_llama(directory: Path, seed: int = 0) -> Path:
-    import torch
+def tiny_bpe(special_tokens: list[str]):
+    """A 600-token byte-level BPE trained on the demo passages, special tokens first (ids 0, 1, ...)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     text = (REPO / "data" / "demo" / "psgs_demo.tsv").read_text(encoding="utf-8").splitlines()[:200]
     bpe = Tokenizer(models.BPE(unk_token=None))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|im_end|>", "<|im_start|>"],
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=special_tokens,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(text, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", bos_token="<|im_start|>",
-                                        pad_token="<|im_end|>")
+    return bpe
+
+
+def build_tiny_llama(directory: Path, seed: int = 0) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tiny_bpe(["<|im_end|>", "<|im_start|>"]),
+                                        eos_token="<|im_end|>", bos_token="<|im_start|>", pad_token="<|im_end|>")
     tokenizer.chat_template = CHATML
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -55,6 +61,30 @@ def build_tiny_llama(directory: Path, seed: int = 0) -> Path:
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
     model = LlamaForCausalLM(config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def build_tiny_t5(directory: Path, seed: int = 0) -> Path:
+    """A randomly initialised T5 (the FLAN-T5 architecture) with the tiny BPE; `</s>` ends the encoder's
+    input as a T5 tokenizer writes it, `<pad>` starts the decoder."""
+    import torch
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
+
+    bpe = tiny_bpe(["<pad>", "</s>"])
+    bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="</s>", pad_token="<pad>",
+                                        model_max_length=512)
+    torch.manual_seed(seed)
+    config = T5Config(vocab_size=len(tokenizer), d_model=32, d_ff=64, d_kv=16, num_layers=2, num_heads=2,
+                      feed_forward_proj="gated-gelu", tie_word_embeddings=False, decoder_start_token_id=0,
+                      pad_token_id=0, eos_token_id=1, initializer_factor=5.0)
+    model = T5ForConditionalGeneration(config)
+    with torch.no_grad():  # the default initialisation repeats one token with probability ~1 from the second
+        model.lm_head.weight.mul_(0.03)  # step; a wider one with a damped head gives varied, uncertain tokens
+        model.lm_head.weight[0].fill_(0.0)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory

