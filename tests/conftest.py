@@ -438,16 +438,18 @@ def run_method(cls, params, script, max_new_tokens=50, question=SCRIPTED_QUESTIO
 
 
 def tiny_detectors(tmp_path, model: str, width: int):
-    """An early and a real-time detector trained in seconds on random data for `model` (their files)."""
+    """An early and a real-time detector trained in seconds on random data for `model` (their files), their
+    feature sources recorded as the `dior` method computes them."""
     from adaptive_rag.methods.dior.detectors import (EarlyArchitecture, RealtimeArchitecture, Training,
                                                       train_early, train_realtime)
+    from adaptive_rag.methods.dior.dior import detector_source
 
     rng = np.random.default_rng(0)
     sequences = [(lambda v: v / v.sum())(rng.random(int(n))) for n in rng.integers(3, 9, size=20)]
-    early = train_early(sequences, [i % 2 for i in range(20)], model=model,
+    early = train_early(sequences, [i % 2 for i in range(20)], model=model, source=detector_source("early"),
                         architecture=EarlyArchitecture(hidden=8, layers=1), training=Training(epochs=2, lr=1e-3))
     features = rng.normal(size=(40, width)).astype(np.float32)
     realtime = train_realtime(features, [(i // 4) % 2 for i in range(40)], [i // 4 for i in range(40)], model=model,
-                              architecture=RealtimeArchitecture(sizes=(8,)), training=Training(epochs=2, lr=1e-3))
+                              source=detector_source("realtime"), architecture=RealtimeArchitecture(sizes=(8,)), training=Training(epochs=2, lr=1e-3))
     return {"early_detector": early.save(tmp_path / "early.safetensors"),
             "realtime_detector": realtime.save(tmp_path / "realtime.safetensors")}

@@ -10,7 +10,9 @@ changes the `sugar` key); the code was the same, and the other five profiles kep
 were captured again when the engine's attention path (`model.attention`) and `generation.chunk_size`
 entered every run's key: a deliberate change of every key (results now come from another kernel and
 another batching), after which the test again holds that no code change moves a key. The five GPU
-profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on.
+profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on. `demo.json`
+and `dior.json` were captured again when DioR's settings gained `candidates` and `chunk_close` and its
+variants took their base's presets: a deliberate change of every `dior` run's key (no other run's moved).
 """
 
 from __future__ import annotations

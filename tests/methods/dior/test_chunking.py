@@ -59,6 +59,25 @@ def test_spec_scores_over_clauses():
     assert chunk_passage(text, "q", "clause", score) == ["He came home, he ate,", "he slept, he woke."]
 
 
+def test_with_drop_closes_the_block_with_the_unit_that_lowered_the_score_and_repeats_it():
+    """`chunk_close: with-drop`, the reference code's `TextChunker.chunk_text` (src/TextChunk.py: the unit is
+    appended before it is scored, the block is closed with it on a drop, and `i` is not advanced, so the next
+    block starts from it): the acceptance-test scores give [x1 x2 x3], [x3 x4]; a last unit that lowers the
+    score ends its block and is then a block alone."""
+    text = "Alpha one. Beta two. Gamma three. Delta four."
+    table = {"Alpha one.": .5, "Alpha one. Beta two.": .7, "Alpha one. Beta two. Gamma three.": .6,
+             "Gamma three.": .4, "Gamma three. Delta four.": .45}
+    score, calls = scripted(table)
+    assert chunk_passage(text, "q", "sentence", score, close="with-drop") == [
+        "Alpha one. Beta two. Gamma three.", "Gamma three. Delta four."]
+    assert calls == list(table)
+    score, _ = scripted({"Alpha one.": .5, "Alpha one. Beta two.": .3, "Beta two.": .2})
+    assert chunk_passage("Alpha one. Beta two.", "q", "sentence", score, close="with-drop") == [
+        "Alpha one. Beta two.", "Beta two."]
+    with pytest.raises(ValueError, match="chunk_close must be one of before-drop, with-drop; got 'after'"):
+        chunk_passage(text, "q", "sentence", score, close="after")
+
+
 def test_a_tie_closes_the_block_as_in_the_code():
     score, _ = scripted({"Alpha one.": .5, "Alpha one. Beta two.": .5, "Beta two.": .2})
     assert chunk_passage("Alpha one. Beta two.", "q", "sentence", score) == ["Alpha one.", "Beta two."]

@@ -145,7 +145,7 @@ def test_load_refuses_another_model_width_kind_or_source(tmp_path, realtime):
         d.load(path, "realtime", width=576)
     with pytest.raises(InputError, match="trained for kind 'realtime', not 'early'"):
         d.load(path, "early")
-    with pytest.raises(InputError, match="features come from layer -1, not 12"):
+    with pytest.raises(InputError, match="features come from layer -1, but this run computes them with layer 12"):
         d.load(path, "realtime", source={"layer": 12})
     with pytest.raises(InputError, match="realtime detector not found: .*missing.safetensors"):
         d.load(tmp_path / "missing.safetensors", "realtime")

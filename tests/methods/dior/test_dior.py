@@ -26,6 +26,7 @@ from adaptive_rag.methods.dior import detectors as detectors_module
 from adaptive_rag.methods.dior import keywords
 from adaptive_rag.methods.parts.lookahead import LookAhead
 from adaptive_rag.methods.parts.text import Entity
+from adaptive_rag.retrieval import Hit
 
 from conftest import (PIOC, PIOC_ENTROPIES, REPO, SCRIPTED_EXEMPLARS, SCRIPTED_QUESTION, RecordingRetriever, cont,
                       pioc, settings_of, tiny_detectors)
@@ -41,11 +42,11 @@ def test_defaults_follow_the_spec():
     s = read({})
     assert {k: s[k] for k in ("early", "early_threshold", "early_features", "realtime", "realtime_tokens", "theta",
                               "prob_theta", "pre", "top_n", "tfidf", "similarity", "post", "chunk", "prompt",
-                              "max_retrievals", "keep", "top_k")} == {
+                              "max_retrievals", "keep", "top_k", "candidates", "chunk_close")} == {
         "early": "on", "early_threshold": 0.5, "early_features": "attribution-sequence", "realtime": "mlp-hidden",
         "realtime_tokens": "entities", "theta": 1.0, "prob_theta": 0.5, "pre": "scored", "top_n": 35,
         "tfidf": "corpus", "similarity": "minilm", "post": "stepwise", "chunk": "sentence", "prompt": "paper",
-        "max_retrievals": 5, "keep": "all", "top_k": 3}
+        "max_retrievals": 5, "keep": "all", "top_k": 3, "candidates": "real-words", "chunk_close": "before-drop"}
     assert s["weights"] == {"attention": 1.0, "tfidf": 1.0, "position": 1.0, "similarity": 1.0}
     assert (s["early_detector"], s["realtime_detector"]) == ("data/detectors/early.safetensors",
                                                              "data/detectors/realtime.safetensors")
@@ -152,7 +153,7 @@ KNOWLEDGE = "External Knowledge After Chunk:"
 
 def shows_passages(prompt) -> bool:
     text = prompt.text if prompt.text is not None else "".join(c for _, c in prompt.messages)
-    return KNOWLEDGE in text or "Context:" in text
+    return "External Knowledge" in text or "Context:" in text  # After Chunk, or App. F's whole documents
 
 
 class DioRLM:
@@ -254,15 +255,17 @@ UPFRONT = cont([" Inchcombe", " was", " born", " in", " Dublin", ".", " So", " t
                 "."], finish="stop")
 # The keyword scores of the look-ahead trigger (tfidf: context, position; attention and similarity off):
 # context "Where was Inchcombe born?\n Inchcombe was a poet from Kells. He was born in Paris." (15 words);
-# candidates Inchcombe (question), born (question), Kells (entity; Paris is flagged, a second Inchcombe merged)
-# P = [3, 4, 10] / 15 -> scaled [0, 1/7, 1]; tf = [2, 2, 1] -> scaled [1, 1, 0]; I = [1, 8/7, 1]
-# -> born first, then Inchcombe before Kells (a tie, by position): top 2 in text order "Inchcombe born"
-TERMS = {"tfidf": "context", "weights": {"attention": 0, "similarity": 0}, "top_n": 2,
-         "realtime_tokens": "all"}
+# candidates (`candidates: real-words`): the real words Inchcombe, born (question), poet, Kells (generated;
+# Paris is flagged, the second Inchcombe and born merged into the first)
+# P = [3, 4, 8, 10] / 15 -> scaled [0, 1/7, 5/7, 1]; tf = [2, 2, 1, 1] -> scaled [1, 1, 0, 0];
+# I = [1, 8/7, 5/7, 1] -> born first, then Inchcombe before Kells (a tie, by position): top 2 in text order
+# "Inchcombe born"
+SCORED = {"tfidf": "context", "weights": {"attention": 0, "similarity": 0}}
+TERMS = {**SCORED, "top_n": 2, "realtime_tokens": "all"}
 
 
-def run_dior(params, script, attribution=ATTRIBUTION, max_new_tokens=60, inputs=None):
-    lm, retriever = DioRLM(script, attribution), RecordingRetriever()
+def run_dior(params, script, attribution=ATTRIBUTION, max_new_tokens=60, inputs=None, retriever=None):
+    lm, retriever = DioRLM(script, attribution), retriever or RecordingRetriever()
     ctx = Context(lm=lm, exemplars=SCRIPTED_EXEMPLARS, prompt_format="raw", max_new_tokens=max_new_tokens,
                   retriever=retriever, answer_fallback_tokens=5,
                   inputs=inputs if inputs is not None else {"early_detector": "e.safetensors",
@@ -274,11 +277,12 @@ def run_dior(params, script, attribution=ATTRIBUTION, max_new_tokens=60, inputs=
 
 def test_early_detection_retrieves_up_front_before_the_first_look_ahead(detectors):
     detectors["early"].p = 0.9
-    answer, lm, retriever = run_dior({}, {(True, ""): UPFRONT})
+    answer, lm, retriever = run_dior(SCORED, {(True, ""): UPFRONT})
     assert [e[0] for e in lm.events] == ["attribution", "generate"]
     assert lm.events[0][1] == Prompt(text=SCRIPTED_QUESTION) and lm.events[0][2].steps == 64  # IGSettings()
     assert lm.events[1][1] == (True, "")  # the first generation already shows the passages
-    # the up-front query: the question's real words; three stepwise searches of the candidate pool
+    # the up-front query: pre-retrieval over the question, whose two real words are below top_n (35); three
+    # stepwise searches of the candidate pool
     assert [q for q, _ in retriever.queries][0] == "Inchcombe born"
     assert [k for _, k in retriever.queries] == [15, 15, 15]
     assert answer.counters() == {"retrievals": 3, "llm_calls": 1, "detections": 1, "generated_tokens": 12,
@@ -320,9 +324,10 @@ def test_realtime_detection_truncates_before_the_flagged_sentence_and_retrieves_
     assert step["query"] == "Inchcombe born" and step["searches"] == 3 and len(step["rounds"]) == 3
     rows = step["keywords"]["candidates"]
     assert [(r["text"], r["source"], r["kept"]) for r in rows] == [
-        ("Inchcombe", "question", True), ("born", "question", True), ("Kells", "generated", False)]
-    assert [r["score"] for r in rows] == pytest.approx([1.0, 1.1429, 1.0])
-    assert rows[2]["terms"] == {"tfidf": 1.0, "position": round(10 / 15, 4)}
+        ("Inchcombe", "question", True), ("born", "question", True), ("poet", "generated", False),
+        ("Kells", "generated", False)]
+    assert [r["score"] for r in rows] == pytest.approx([1.0, 1.1429, 0.7143, 1.0])
+    assert rows[3]["terms"] == {"tfidf": 1.0, "position": round(10 / 15, 4)}
     assert [c["id"] for c in step["chunks"]] == step["retrieved"] == [p["id"] for p in answer.passages]
     assert {p["retrieval"] for p in answer.passages} == {0}
     assert regenerate["phase"] == "regenerate"
@@ -342,13 +347,13 @@ def test_max_retrievals_caps_triggers_not_searches(detectors):
     cut = cont([" Inchcombe", " was", " a", " poet", " from", " Kells", "."])  # no answer yet: the loop goes on
     rest = cont([" He", " was", " born", " in", " Paris", ".", " So", " the", " answer", " is", " Paris", "."],
                 finish="stop", hidden=np.full((12, 2), 0.9, dtype=np.float32))  # would be flagged if judged
-    answer, lm, retriever = run_dior({"max_retrievals": 1}, {(True, ""): cut, (False, FIRST): rest})
+    answer, lm, retriever = run_dior({**SCORED, "max_retrievals": 1}, {(True, ""): cut, (False, FIRST): rest})
     assert answer.counters()["detections"] == 1 and answer.counters()["retrievals"] == 3
     assert detectors["realtime"].calls == []  # capped: the look-ahead is kept unjudged
     assert answer.steps[-1]["phase"] == "look-ahead" and "detection" not in answer.steps[-1]
     assert answer.output.endswith("So the answer is Paris.")
     # a cap of 0: early detection does not fire however sure the detector is
-    answer, lm, retriever = run_dior({"max_retrievals": 0}, {(False, ""): rest})
+    answer, lm, retriever = run_dior({**SCORED, "max_retrievals": 0}, {(False, ""): rest})
     assert answer.steps[0]["fire"] is False and retriever.queries == []
     assert answer.counters()["retrievals"] == 0 and answer.counters()["detections"] == 0
 
@@ -376,8 +381,91 @@ def test_single_retrieval_and_the_dragin_prompt(detectors, ner):
 def test_sequential_keywords_take_text_order(detectors, ner):
     answer, lm, retriever = run_dior({**TERMS, "pre": "sequential", "top_n": 3},
                                      {(False, ""): lookahead(), (True, FIRST): REGEN})
-    assert retriever.queries[0][0] == "Inchcombe born Kells"
+    assert retriever.queries[0][0] == "Inchcombe born poet"
     assert "score" not in answer.steps[1]["keywords"]["candidates"][0]
+
+
+def test_real_word_candidates_give_the_ranking_something_to_select(detectors, ner):
+    """Item: pre-retrieval must select. `candidates: real-words` (the reference code's `keep_real_words`,
+    src/new_generate.py: every POS-filtered real word of the question and the generated text, flagged ones
+    left out) gives 4 candidates for top_n 2, so `scored` and `sequential` differ (paper Table 3: w/o Pre-R is
+    below DioR). With the position term alone (§3.3.1, P = Pos/N over the 15 words): Inchcombe 3, born 4,
+    poet 8, Kells 10 -> scaled [0, 1/7, 5/7, 1], top 2 = poet, Kells; sequential keeps Inchcombe, born."""
+    position = {"weights": {"attention": 0, "tfidf": 0, "similarity": 0}, "top_n": 2, "realtime_tokens": "all"}
+    script = {(False, ""): lookahead(), (True, FIRST): REGEN}
+    answer, _, scored = run_dior(position, script)
+    rows = answer.steps[1]["keywords"]["candidates"]
+    assert [r["text"] for r in rows] == ["Inchcombe", "born", "poet", "Kells"]  # Paris flagged
+    assert [r["score"] for r in rows] == pytest.approx([0.0, round(1 / 7, 4), round(5 / 7, 4), 1.0])
+    assert scored.queries[0][0] == "poet Kells"
+    _, _, sequential = run_dior({**position, "pre": "sequential"}, script)
+    assert sequential.queries[0][0] == "Inchcombe born"
+
+
+def test_early_detection_retrieves_with_the_pre_retrieval_query(detectors):
+    """Item: the up-front retrieval runs pre-retrieval too (§3.3.1: the top-ranked keywords are the query of
+    every trigger). Context: the question alone, "Where was Inchcombe born?" (4 words); candidates its real
+    words Inchcombe (P = 3/4) and born (4/4); with the position term alone and top_n 1 the query is "born"."""
+    detectors["early"].p = 0.9
+    params = {"weights": {"attention": 0, "tfidf": 0, "similarity": 0}, "top_n": 1}
+    answer, lm, retriever = run_dior(params, {(True, ""): UPFRONT})
+    assert retriever.queries[0][0] == "born"
+    upfront = answer.steps[1]
+    assert upfront["phase"] == "early-retrieval" and upfront["query"] == "born"
+    assert [(r["text"], r["kept"]) for r in upfront["keywords"]["candidates"]] == [("Inchcombe", False),
+                                                                                    ("born", True)]
+
+
+class TwoSentenceRetriever(RecordingRetriever):
+    """Every hit's text is two sentences, so chunking would cut it."""
+
+    def search(self, query, k):
+        return [Hit(h.id, h.title, f"Inchcombe wrote {h.text}. He was born in Kells.", h.score)
+                for h in super().search(query, k)]
+
+
+def test_without_post_retrieval_documents_are_whole_under_app_f_header(detectors, ner):
+    """Item: w/o Post-R is "single-batch retrieval, where all documents are included in the prompt" (paper
+    §4.2.3) with App. F's prompt "External Knowledge: [1] K_i1 [2] K_i2 ...": no stepwise rounds, no chunks,
+    no "After Chunk" header, from `post: single` alone."""
+    script = {(False, ""): lookahead(), (True, FIRST): REGEN}
+    answer, lm, retriever = run_dior({**TERMS, "post": "single"}, script, retriever=TwoSentenceRetriever())
+    text = lm.events[2][2].text
+    assert ("External Knowledge:\n[1] T1: Inchcombe wrote passage 1.1. He was born in Kells.\n[2] T1: Inchcombe "
+            "wrote passage 1.2. He was born in Kells.\n[3] T1: Inchcombe wrote passage 1.3. He was born in Kells.\n"
+            "Using the external knowledge provided above") in text
+    assert KNOWLEDGE not in text and "(1)." not in text
+    assert answer.steps[1]["chunks"][0]["chunks"] == ["Inchcombe wrote passage 1.1. He was born in Kells."]
+    # the stepwise base chunks the same documents and numbers the blocks under "After Chunk"
+    answer, lm, retriever = run_dior(TERMS, script, retriever=TwoSentenceRetriever())
+    assert f"{KNOWLEDGE}\n[1] T1: (1)." in lm.events[2][2].text
+
+
+# " Inch" alone is above the mean attribution (9/7): the question's Eq. 3 words are "Inchcombe" only, where
+# its real words are "Inchcombe" and "born".
+INCH_ONLY = Attribution(tokens=ATTRIBUTION.tokens, token_ids=ATTRIBUTION.token_ids, target_id=0, target=" In",
+                        value=0.5, baseline_value=0.1, l2=np.array([0.5, 1.0, 1.0, 4.0, 1.0, 1.0, 0.5]),
+                        dot=np.zeros(7))
+
+
+def test_eq3_candidates_do_not_change_with_early_detection(detectors, ner):
+    """Item: an ablation changes one thing. Under `candidates: eq3-entities` (§3.2 Eq. 3: IG_i > IG_mean) the
+    question's candidates are its Eq. 3 words with or without early detection (w/o ED removes the detector,
+    §4.2.3, not the attribution the candidates come from): Inchcombe, then the entity Kells (Paris flagged)."""
+    params = {**TERMS, "candidates": "eq3-entities", "top_n": 3}
+    script = {(False, ""): lookahead(), (True, FIRST): REGEN}
+    queries = {}
+    for early in ("on", "off"):
+        answer, lm, retriever = run_dior({**params, "early": early}, script, attribution=INCH_ONLY)
+        assert [e[0] for e in lm.events] == ["attribution", "generate", "generate"]
+        rows = answer.steps[1]["keywords"]["candidates"]
+        assert [r["text"] for r in rows] == ["Inchcombe", "Kells"]
+        queries[early] = retriever.queries[0][0]
+    assert queries == {"on": "Inchcombe Kells", "off": "Inchcombe Kells"}
+    assert answer.steps[0]["phase"] == "question-attribution" and answer.steps[0]["candidates"] == ["Inchcombe"]
+    assert detectors["early"].calls == [detectors["early"].calls[0]]  # applied with early: on only
+    settings = read({"early": "off", "candidates": "eq3-entities"})
+    assert GRADIENTS in DioR.needs_for(settings) and "early_detector" in DioR.inputs(settings, None, None)
 
 
 def test_a_detector_for_other_features_is_refused(detectors):
@@ -484,6 +572,39 @@ def test_trained_detector_files_load_for_their_model_only(tmp_path):
     other = tiny_detectors(tmp_path / "other", "another-model", 2)
     with pytest.raises(InputError, match="trained for model 'another-model', not 'scripted'"):
         run_dior({}, {(False, ""): lookahead(), (True, ""): UPFRONT}, inputs=other)
+
+
+def test_a_detector_whose_features_were_computed_otherwise_is_refused_at_load(tmp_path):
+    """Item: the detectors' recorded source must match the run (the data builder's meta `source`, copied into
+    the header by `train-detector`; detector_data.py): an early detector built from 32-step IG, or a real-time
+    one from layer -2, is refused naming the file, the recorded value and the run's."""
+    from dataclasses import asdict, replace
+
+    from adaptive_rag.lm.base import IGSettings
+    from adaptive_rag.methods.dior.detectors import (EarlyArchitecture, RealtimeArchitecture, Training,
+                                                      train_early, train_realtime)
+
+    files = tiny_detectors(tmp_path, "scripted", 2)
+    rng = np.random.default_rng(0)
+    sequences = [(lambda v: v / v.sum())(rng.random(4)) for _ in range(8)]
+    steps32 = {"attribution": asdict(replace(IGSettings(), steps=32))}
+    early = train_early(sequences, [i % 2 for i in range(8)], model="scripted", source=steps32,
+                        architecture=EarlyArchitecture(hidden=4, layers=1), training=Training(epochs=1, lr=1e-3))
+    path = early.save(tmp_path / "early-32.safetensors")
+    script = {(False, ""): lookahead(), (True, ""): UPFRONT}
+    with pytest.raises(InputError, match=r"early-32.safetensors: this early detector's features come from "
+                                         r"attribution \{[^}]*'steps': 32[^}]*\}, but this run computes them "
+                                         r"with attribution \{[^}]*'steps': 64[^}]*\}; rebuild its data and "
+                                         r"retrain it"):
+        run_dior(SCORED, script, inputs={**files, "early_detector": path})
+    x = rng.normal(size=(16, 2)).astype(np.float32)
+    realtime = train_realtime(x, [(i // 2) % 2 for i in range(16)], [i // 2 for i in range(16)], model="scripted",
+                              source={"hidden_layer": -2}, architecture=RealtimeArchitecture(sizes=(4,)),
+                              training=Training(epochs=1, lr=1e-3))
+    path = realtime.save(tmp_path / "realtime-2.safetensors")
+    with pytest.raises(InputError, match="realtime-2.safetensors: this realtime detector's features come from "
+                                         "hidden_layer -2, but this run computes them with hidden_layer -1"):
+        run_dior({**SCORED, "early": "off"}, {(False, ""): lookahead()}, inputs={"realtime_detector": path})
 
 
 @pytest.mark.slow  # Anserini's IndexCollection runs in a java process

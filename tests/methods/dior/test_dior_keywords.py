@@ -113,8 +113,24 @@ def test_question_candidates_are_the_words_holding_an_eq3_token_without_stop_wor
         question_candidates(QUESTION, tokens, [0.5, 0.5])
 
 
-def test_without_an_attribution_the_questions_real_words_stand_in():
+def test_the_questions_real_words():
     assert [c.text for c in question_real_words(QUESTION)] == ["Inchcombe", "born"]
+
+
+def test_real_word_candidates_are_the_real_words_of_question_and_generated_text_minus_the_flagged():
+    """`candidates: real-words`, the reference code's candidate set (src/new_generate.py, `keep_real_words`:
+    every token of question + text matching a NOUN/ADJ/VERB/PROPN/NUM word, the hallucinated ones skipped),
+    each once (text order, first occurrence kept)."""
+    from adaptive_rag.methods.dior.keywords import real_word_candidates
+
+    context = KeywordContext(QUESTION, " Inchcombe left Kells.", " He was born in Paris.")
+    found = real_word_candidates(context)
+    assert [(c.text, c.source) for c in found] == [("Inchcombe", "question"), ("born", "question"),
+                                                   ("left", "generated"), ("Kells", "generated"),
+                                                   ("Paris", "generated")]
+    assert all(context.text[c.start:c.end] == c.text for c in found)
+    # the flagged token " Paris" (15..21 of the look-ahead) is left out; "born" stays (the question's)
+    assert [c.text for c in real_word_candidates(context, [(15, 21)])] == ["Inchcombe", "born", "left", "Kells"]
 
 
 def fake_entities(text):

@@ -8,21 +8,28 @@ the next unit while the block's score rises, and is closed when the score falls.
 Readings:
 - **Paper.** Each sentence is split into sub-clauses x1..xn; x1 x2 is kept if it scores higher than
   x1, then x1 x2 x3 against x1 x2, "until the score decreases. At that point, the sub-clauses are
-  grouped into a block." Neither the clause splitter nor the score is specified, nor what happens to
-  the clause that lowered the score.
-- **Reference code** (`TextChunk.py`): the units are spaCy *sentences* of the whole passage, not
-  clauses; the score is the TF-IDF cosine of the block with the retrieval query (a vectorizer fitted
-  on the pair, English stop words removed, unigrams); on a decrease (or a tie: the test is a strict
-  `>`) the block is closed *without* the unit that lowered the score, and the next block starts from
-  that same unit. A block's first unit is always taken (its score is compared with -1).
+  grouped into a block." Neither the clause splitter nor the score is specified, nor whether the
+  clause that lowered the score belongs to the block.
+- **Reference code** (`TextChunk.py`, `chunk_text`): the units are spaCy *sentences* of the whole
+  passage, not clauses; the score is the TF-IDF cosine of the block with the retrieval query (a
+  vectorizer fitted on the pair, English stop words removed, unigrams). Each unit is appended to the
+  block *before* it is scored; on a decrease (or a tie: the test is a strict `>`) the block is
+  closed *with* the unit that lowered the score, and the next block starts from that same unit, so
+  the unit is in both blocks (a last unit that lowers the score also ends up alone in a block of its
+  own). A block's first unit is always taken (its score is compared with -1).
 
-Ours: the code's procedure (grow while strictly higher, close, restart from the same unit), so every
-unit lands in exactly one block, in order, and no block is empty. `chunk: sentence` (default; the
-code's units, and the paper's splitter is unspecified), `clause` (the paper's units) or `none` (the
-passage whole: the "w/o Post-R" prompt of App. F). The score is `relevance`: TF-IDF cosine with
+Ours: grow while strictly higher, then close; `chunk_close` says where:
+- `before-drop` (default): the block closes before the unit that lowered the score, and that unit
+  starts the next block, so every unit lands in exactly one block, in order (the block is the
+  combination whose score last rose: the paper's "if the combination score improves, we proceed");
+- `with-drop`: the reference code's, the unit that lowered the score ends the block and starts the
+  next one again (repeated).
+`chunk: sentence` (default; the code's units, and the paper's splitter is unspecified), `clause`
+(the paper's units) or `none` (the passage whole). The score is `relevance`: TF-IDF cosine with
 1-2-grams, the reference code's document-relevance score (`document_RAG.py`); its chunker uses
 unigrams. With a query that shares no term with the passage every score is 0, nothing rises, and
-every unit is its own block (as in the code).
+every unit is its own block (`before-drop`), or each unit and the next make a block and the last
+unit is one alone (`with-drop`, as in the code).
 
 With `chunk: clause` a block stays inside its sentence, since the paper groups the sub-clauses of
 "each sentence x"; with `chunk: sentence` blocks run across sentences, as in the code.
@@ -43,6 +50,7 @@ from . import tfidf
 from ..parts.text import Span, _parse, sentences
 
 CHUNKS = ("sentence", "clause", "none")
+CLOSES = ("before-drop", "with-drop")
 RELEVANCE_NGRAMS = 2  # the reference code's relevance vectorizer: ngram_range=(1, 2)
 CLAUSE_MARKERS = ("mark",)
 CLAUSE_CONJUNCTION = "cc"
@@ -96,10 +104,13 @@ def check_mode(mode: str) -> None:
 
 
 def group(texts: list[str], query: str, score: Callable[[str, str], float],
-          join: Callable[[int, int], str] | None = None) -> list[tuple[int, int]]:
+          join: Callable[[int, int], str] | None = None, close: str = "before-drop") -> list[tuple[int, int]]:
     """Blocks as [first, last] unit ranges: grow while the block's score strictly rises; on a drop or a
-    tie close the block and restart from the same unit. `join(i, j)` gives the text of units i..j
-    (default: the unit texts joined by a space)."""
+    tie close the block (`before-drop`: without the unit; `with-drop`: with it) and start the next
+    block from the same unit. `join(i, j)` gives the text of units i..j (default: the unit texts
+    joined by a space)."""
+    if close not in CLOSES:
+        raise ValueError(f"chunk_close must be one of {', '.join(CLOSES)}; got {close!r}")
     join = join or (lambda i, j: " ".join(texts[i:j + 1]))
     blocks: list[tuple[int, int]] = []
     first, best = None, 0.0
@@ -113,29 +124,31 @@ def group(texts: list[str], query: str, score: Callable[[str, str], float],
             best = value
             i += 1
         else:
-            blocks.append((first, i - 1))
+            blocks.append((first, i if close == "with-drop" else i - 1))
             first = None
     if first is not None:
         blocks.append((first, len(texts) - 1))
     return blocks
 
 
-def chunk_passage(text: str, query: str, mode: str, score: Callable[[str, str], float] = relevance) -> list[str]:
-    """`text` cut into blocks (mode `sentence` or `clause`), or `[text]` (mode `none`). Each block is the
-    slice of `text` from its first unit to its last; a text without a unit gives no block."""
+def chunk_passage(text: str, query: str, mode: str, score: Callable[[str, str], float] = relevance,
+                  close: str = "before-drop") -> list[str]:
+    """`text` cut into blocks (mode `sentence` or `clause`; `close` as in `group`), or `[text]` (mode
+    `none`). Each block is the slice of `text` from its first unit to its last; a text without a unit
+    gives no block."""
     check_mode(mode)
     if mode == "none":
         return [text]
     # A clause block stays inside its sentence: the paper groups "the sub-clauses" of "each sentence x".
     runs = [sentences(text)] if mode == "sentence" else _clause_runs(text)
-    return [block for spans in runs for block in _blocks(text, spans, query, score)]
+    return [block for spans in runs for block in _blocks(text, spans, query, score, close)]
 
 
-def _blocks(text: str, spans: list[Span], query: str, score: Callable[[str, str], float]) -> list[str]:
+def _blocks(text: str, spans: list[Span], query: str, score: Callable[[str, str], float], close: str) -> list[str]:
     def join(i: int, j: int) -> str:
         return text[spans[i].start:spans[j].end]
 
-    return [join(i, j) for i, j in group([s.text for s in spans], query, score, join)]
+    return [join(i, j) for i, j in group([s.text for s in spans], query, score, join, close)]
 
 
 def render_chunks(chunks: list[str]) -> str:

@@ -61,14 +61,13 @@ from ...evaluation.metrics import contains_gold, normalize_answer
 from ...io import atomic_write, read_jsonl, sha256_file, write_json, write_jsonl
 from ...lm.base import GRADIENTS, HIDDEN_STATES, LOGITS, Extras, IGSettings, Prompt, require
 from .attribution import attribution_entropy, bare_question, token_scores
-from .detectors import data_sidecars
+from .detectors import REALTIME_HIDDEN_LAYER as HIDDEN_LAYER, data_sidecars
 
 if TYPE_CHECKING:  # the steps take the workflow's params; the method layer never imports config
     from ...config import Params
 
 log = logging.getLogger("adaptive_rag.detectors")
 
-HIDDEN_LAYER = -1  # the real-time detector reads the last layer (the dior method applies it there)
 PCA_SEED = 0  # Fig. 9's randomised SVD: fixed, so that no training setting changes the data
 
 

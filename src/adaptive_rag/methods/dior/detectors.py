@@ -111,6 +111,9 @@ REALTIME_TRAINING = Training(epochs=30, lr=1e-3)  # ours
 EARLY_DETECTOR = "data/detectors/early.safetensors"
 REALTIME_DETECTOR = "data/detectors/realtime.safetensors"
 EARLY_DATA = "data/detectors/early-data.jsonl"  # `adaptive-rag detector-data --kind early`
+# The layer whose hidden states the real-time detector reads: the data builder records it (`source.hidden_layer`)
+# and the `dior` method applies the detector there, refusing a file that records another.
+REALTIME_HIDDEN_LAYER = -1
 REALTIME_DATA = "data/detectors/realtime-data.jsonl"  # `--kind realtime`
 
 
@@ -279,7 +282,9 @@ class Detector:
 def load(path: str | Path, kind: str, model: str | None = None, width: int | None = None,
          source: dict | None = None) -> Detector:
     """A saved detector, refused (InputError naming the file) if it was trained for another kind, LM
-    (`model`), input width or feature source (e.g. another hidden layer or attribution target)."""
+    (`model`), input width or feature source: each key of `source` (e.g. `hidden_layer`, `attribution`,
+    the IG settings) must equal what the file's header records from its data's meta file, a key it does
+    not record included."""
     from safetensors import SafetensorError, safe_open
 
     if kind not in KINDS:
@@ -301,10 +306,12 @@ def load(path: str | Path, kind: str, model: str | None = None, width: int | Non
         if value is not None and header.get(key) != value:
             raise InputError(f"{path}: this {header.get('kind')} detector was trained for {key} "
                              f"{header.get(key)!r}, not {value!r}; retrain it for {value!r}")
+    recorded = header.get("source") or {}
     for key, value in (source or {}).items():
-        if header["source"].get(key) != value:
-            raise InputError(f"{path}: this detector's features come from {key} {header['source'].get(key)!r}, "
-                             f"not {value!r}; retrain it")
+        if recorded.get(key) != value:
+            raise InputError(f"{path}: this {kind} detector's features come from {key} {recorded.get(key)!r}, "
+                             f"but this run computes them with {key} {value!r}; rebuild its data and retrain it "
+                             f"(snakemake --cores all detectors)")
     module = _build(header)
     module.load_state_dict(tensors, strict=True)
     metrics_file = metrics_path(path)

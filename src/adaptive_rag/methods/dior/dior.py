@@ -10,10 +10,13 @@ that fires, retrieve, regenerate), with DioR's parts (engineering spec `../share
   detector's header records, raw text where it records none; `IGSettings()` at its defaults: the input
   the detector is trained on) and the early detector's p(hallucination).
   Above `early_threshold` (0.5) it retrieves up front (spec §1.1 "On trigger", the reference code):
-  the query is the question's real words, the documents go through the same post-retrieval and
-  chunking as any trigger, and the answer is generated from nothing with them (kept per `keep`).
-  Counted Hc += 1, Rc += its searches. The attribution also gives the question's Eq. 3 keyword
-  candidates. `early: off` never asks for an attribution.
+  the query is pre-retrieval's over the question alone (the reference code's query is the question's
+  real words unranked: under `candidates: real-words` with `top_n` above their count that is the
+  same words), the documents go through the same post-retrieval as any trigger, and the answer is
+  generated from nothing with them (kept per `keep`). Counted Hc += 1, Rc += its searches. The
+  attribution also gives the question's Eq. 3 words, the question's candidates under
+  `candidates: eq3-entities`, which computes the attribution with `early: off` too (w/o ED removes
+  the detector, not the candidates); `early: off` with `candidates: real-words` never asks for one.
 - Real-time detection (RD, `realtime:`), per look-ahead sentence:
   - `mlp-hidden` (default): the trained detector on the model's last-layer hidden state of each
     token, a token flagged when p(non-hallucination) < 0.5. It judges the tokens of the sentence's
@@ -24,15 +27,20 @@ that fires, retrieve, regenerate), with DioR's parts (engineering spec `../share
     attention, word units, real-word filter after thresholding), above `theta`;
   - `rind+mlp`: either fires (the reference code's OR of its two detectors, with our MLP);
   - `prob`: any token with p < `prob_theta` (0.5), the paper's "w/o RD" (FLARE at token level).
-- The query (`pre:`): the keyword scoring of `dior/keywords.py` over the question's candidates and
-  the generated text's entities minus the flagged tokens; `pre: sequential` is "w/o Pre-R".
-- Post-retrieval (`post:`): `stepwise` (`dior/stepwise.py`: rounds that take part of the documents
-  and grow the query with their new keywords; Rc counts every search) or `single` ("w/o Post-R":
-  one search of `top_k`). `max_retrievals` caps the triggers (Hc, ED's included), not the searches.
-- Each selected document is cut into blocks (`chunk:`, `dior/chunking.py`), and the prompt shows
-  them in the paper's "External Knowledge After Chunk" layout (`prompt: paper`, the passage and
-  context pieces of `prompts/templates/dior.yaml` over the dataset's template) or the project's usual
-  prompt with each block as a passage (`prompt: dragin`, the reference code's "Context:" list).
+- The query (`pre:`): the keyword scoring of `dior/keywords.py` over the candidates (`candidates:
+  real-words`, default: every real word of the question and the generated text, the reference
+  code's; `eq3-entities`: the question's Eq. 3 words and the generated text's entities), the
+  flagged tokens left out; `pre: sequential` is "w/o Pre-R".
+- Post-retrieval (`post:`, paper §3.3.2: stepwise selection, then chunking): `stepwise`
+  (`dior/stepwise.py`: rounds that take part of the documents and grow the query with their new
+  keywords; Rc counts every search), each selected document cut into blocks (`chunk:`,
+  `chunk_close:`, `dior/chunking.py`) and shown in the paper's "External Knowledge After Chunk"
+  layout (`prompt: paper`, the passage and context pieces of `prompts/templates/dior.yaml` over the
+  dataset's template); or `single` ("w/o Post-R": one search of `top_k`, the documents whole under
+  App. F's "External Knowledge:" header, `prompts/templates/dior-documents.yaml`; `chunk` then
+  does not apply). `prompt: dragin` is the project's usual prompt with each block as a passage
+  (the reference code's "Context:" list). `max_retrievals` caps the triggers (Hc, ED's included),
+  not the searches.
 
 Ours, where the paper and code are silent or disagree (docs/dior.md lists them): `top_k` is the
 number of documents (the paper's top-k, App. B.3: the stepwise `docs`); the chunks are scored against
@@ -53,11 +61,10 @@ from ...lm.base import ATTENTIONS, ENTROPY, GRADIENTS, HIDDEN_STATES, NO_EXTRAS,
 from ...retrieval import Hit
 from ..base import step_record
 from ..parts.components import Detection
-from .detectors import EARLY_DETECTOR, REALTIME_DETECTOR
-from .keywords import (DEFAULT_WEIGHTS, PRE, SIMILARITY, TERMS, TFIDF, CorpusIdf, KeywordContext,
-                             context_idf, cosines, entity_candidates, keyword_query, merge, position_term,
-                             question_candidates, question_real_words, similarity_term, tfidf_term,
-                             attention_term)
+from .detectors import EARLY_DETECTOR, REALTIME_DETECTOR, REALTIME_HIDDEN_LAYER
+from .keywords import (CANDIDATES, DEFAULT_WEIGHTS, PRE, SIMILARITY, TERMS, TFIDF, CorpusIdf, KeywordContext,
+                       attention_term, context_idf, cosines, entity_candidates, keyword_query, merge, position_term,
+                       question_candidates, real_word_candidates, similarity_term, tfidf_term)
 from ..parts.lookahead import LookAhead, probability
 from ..parts.loop import TriggeredRetrieval
 from ..registry import register
@@ -68,15 +75,16 @@ REALTIME_TOKENS = ("entities", "all")
 EARLY_FEATURES = ("attribution-sequence", "attribution-entropy")
 POST = ("stepwise", "single")
 PROMPTS = ("paper", "dragin")
-PAPER_TEMPLATE = "builtin:dior"
+PAPER_TEMPLATE = "builtin:dior"  # chunked documents: "External Knowledge After Chunk" (§3.3.2)
+DOCUMENTS_TEMPLATE = "builtin:dior-documents"  # whole documents: "External Knowledge" (App. F, w/o Post-R)
 MLP = ("mlp-hidden", "rind+mlp")
 RIND = ("rind", "rind+mlp")
 
 
 @dataclass
 class QuestionInfo:
-    """What DioR keeps of one question beside the loop's state: the question's keyword candidates
-    (from ED's attribution; None without ED) and the record of the trigger in progress."""
+    """What DioR keeps of one question beside the loop's state: the question's Eq. 3 words (from the
+    question's attribution; None when none is computed) and the record of the trigger in progress."""
 
     question: list | None = None
     pending: dict = field(default_factory=dict)
@@ -106,13 +114,13 @@ def read_weights(section) -> dict[str, float]:
 class DioR(TriggeredRetrieval):
     when = ('once before generating if the early detector\'s p(hallucination) > `early_threshold` (IG '
             'attribution of the question); then per look-ahead sentence, the real-time detector (`realtime`)')
-    what = ('the top `top_n` keywords by attention + TF-IDF + position + similarity (question IG candidates and '
-            'generated entities, flagged tokens removed), retrieved stepwise and chunked')
+    what = ('the top `top_n` keywords by attention + TF-IDF + position + similarity (the real words of the question '
+            'and the generated text, flagged tokens removed), retrieved stepwise and chunked')
     needs = frozenset({GRADIENTS, HIDDEN_STATES, ATTENTIONS})
 
     @classmethod
     def read_settings(cls, section):
-        from .chunking import CHUNKS
+        from .chunking import CHUNKS, CLOSES
         from .stepwise import RELEVANCE, StepwiseSettings
 
         stepwise = StepwiseSettings()
@@ -129,6 +137,7 @@ class DioR(TriggeredRetrieval):
             "theta": section.float("theta", 1.0, minimum=0.0),
             "prob_theta": section.float("prob_theta", 0.5, minimum=0.0),
             "pre": section.str("pre", "scored", PRE),
+            "candidates": section.str("candidates", CANDIDATES[0], CANDIDATES),
             "weights": read_weights(section),
             "top_n": section.int("top_n", 35, minimum=1),
             "tfidf": section.str("tfidf", "corpus", TFIDF),
@@ -140,13 +149,14 @@ class DioR(TriggeredRetrieval):
             "max_rounds": section.int("max_rounds", stepwise.max_rounds, minimum=1),
             "relevance": section.str("relevance", stepwise.relevance, RELEVANCE),
             "chunk": section.str("chunk", "sentence", CHUNKS),
+            "chunk_close": section.str("chunk_close", CLOSES[0], CLOSES),
             "prompt": section.str("prompt", "paper", PROMPTS),
         }
 
     @classmethod
     def needs_for(cls, settings) -> set[str]:
         needs = set()
-        if settings["early"] == "on":
+        if attributes_question(settings):
             needs.add(GRADIENTS)
         if settings["realtime"] in MLP:
             needs.add(HIDDEN_STATES)
@@ -161,9 +171,11 @@ class DioR(TriggeredRetrieval):
 
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:
-        """The detector files the settings use: the workflow builds them before the run."""
+        """The detector files the settings use: the workflow builds them before the run. The early
+        detector's header says how the question's attribution is prompted, so Eq. 3 candidates read it
+        under `early: off` too."""
         files = {}
-        if settings["early"] == "on":
+        if attributes_question(settings):
             files["early_detector"] = settings["early_detector"]
         if settings["realtime"] in MLP:
             files["realtime_detector"] = settings["realtime_detector"]
@@ -197,7 +209,7 @@ class DioR(TriggeredRetrieval):
         fresh = [s for s in active if not hasattr(s, "dior")]
         for state in fresh:
             state.dior = QuestionInfo()
-        if fresh and self.settings["early"] == "on":
+        if fresh and attributes_question(self.settings):
             fired = self.early_detection(fresh)
             if fired:
                 self.retrieve_up_front(fired)
@@ -211,13 +223,14 @@ class DioR(TriggeredRetrieval):
         if not (attention or s["realtime"] in MLP + RIND):
             return NO_EXTRAS
         return Extras(entropy=s["realtime"] in RIND, attention_layer=-1 if attention else None,
-                      hidden_layer=-1 if s["realtime"] in MLP else None)
+                      hidden_layer=REALTIME_HIDDEN_LAYER if s["realtime"] in MLP else None)
 
     # ---- early detection --------------------------------------------------------------------------
 
     def early_detection(self, states) -> list:
-        """One attribution per question and the early detector over all of them; the states it fires for
-        (uncapped ones whose p(hallucination) > `early_threshold`)."""
+        """One attribution per question (its Eq. 3 words are the question's candidates under
+        `candidates: eq3-entities`) and, with `early: on`, the early detector over all of them; the states
+        it fires for (uncapped ones whose p(hallucination) > `early_threshold`)."""
         from .attribution import bare_question, token_scores
 
         start = time.perf_counter()
@@ -228,30 +241,34 @@ class DioR(TriggeredRetrieval):
         prompts = [bare_question(s.example.question, fmt) for s in states]
         attributions = [self.ctx.lm.attribution(prompt, IGSettings()) for prompt in prompts]
         scores = [token_scores(a, "l2") for a in attributions]
-        p = detector.predict(scores)
+        early = self.settings["early"] == "on"
+        p = detector.predict(scores) if early else [None] * len(states)
         share = (time.perf_counter() - start) / len(states)
         fired = []
         for state, attribution, a, probability_ in zip(states, attributions, scores, p):
             question = state.example.question.strip()
             state.dior.question = question_candidates(question, attribution.tokens, a)
-            fire = bool(probability_ > self.settings["early_threshold"]) and not self.capped(state)
             state.answer.wall_time_s += share
-            state.answer.steps.append({
-                "phase": "early-detection", "probability": round(float(probability_), 4),
-                "threshold": self.settings["early_threshold"], "fire": fire,
-                "tokens": attribution.tokens, "attribution": [round(float(x), 4) for x in a],
-                "candidates": [c.text for c in state.dior.question]})
+            record = {"tokens": attribution.tokens, "attribution": [round(float(x), 4) for x in a],
+                      "candidates": [c.text for c in state.dior.question]}
+            if not early:
+                state.answer.steps.append({"phase": "question-attribution", **record})
+                continue
+            fire = bool(probability_ > self.settings["early_threshold"]) and not self.capped(state)
+            state.answer.steps.append({"phase": "early-detection", "probability": round(float(probability_), 4),
+                                       "threshold": self.settings["early_threshold"], "fire": fire, **record})
             if fire:
                 fired.append(state)
         return fired
 
     def retrieve_up_front(self, states) -> None:
-        """ED fired: retrieve with the question's real words (the reference code's query), then generate
-        the answer from nothing with the passages (one batched call), kept as any regeneration is."""
+        """ED fired: retrieve with pre-retrieval's query over the question alone (nothing is generated or
+        flagged yet), then generate the answer from nothing with the passages (one batched call), kept as
+        any regeneration is."""
         for state in states:
             state.answer.detections += 1
             question = state.example.question.strip()
-            query = " ".join(c.text for c in question_real_words(question)) or question
+            query = self.query_for(state, KeywordContext(question)) or question
             hits = self.retrieve(state, query)
             state.answer.steps.append({"phase": "early-retrieval", "query": query, "retrieved": [h.id for h in hits],
                                        **self.trigger_record(state)})
@@ -312,15 +329,16 @@ class DioR(TriggeredRetrieval):
         return _named(Detection(bool(flagged), units, [float(v) for v in p], flagged), "mlp-hidden")
 
     def detector(self, kind: str):
-        """The trained detector (loaded once), refused if trained for another model or, for ED, on other
-        features than `early_features`."""
+        """The trained detector (loaded once), refused if trained for another model, on features computed
+        otherwise than this run computes them (`detector_source`: the hidden layer, the IG settings) or,
+        for ED, on other features than `early_features`."""
         if kind not in self._detectors:
             from ...errors import InputError
             from .detectors import load
 
             key = f"{kind}_detector"
             path = Path(self.ctx.inputs.get(key) or self.settings[key])
-            detector = load(path, kind, model=self.ctx.lm.identity().get("model"))
+            detector = load(path, kind, model=self.ctx.lm.identity().get("model"), source=detector_source(kind))
             features = detector.header.get("architecture", {}).get("features")
             if kind == "early" and features != self.settings["early_features"]:
                 raise InputError(f"{path}: this early detector reads {features!r}, but the method's "
@@ -332,11 +350,19 @@ class DioR(TriggeredRetrieval):
     # ---- pre-retrieval: the query -----------------------------------------------------------------
 
     def build_query(self, state, lookahead, sentence, detection) -> str:
-        question = state.example.question.strip()
-        context = KeywordContext(question, state.text, lookahead.text[:sentence.end])
+        context = KeywordContext(state.example.question.strip(), state.text, lookahead.text[:sentence.end])
         flagged = sorted({t for k in detection.flagged for t in detection.units[k].tokens})
-        own = state.dior.question if state.dior.question is not None else question_real_words(question)
-        candidates = merge(own, entity_candidates(context, [lookahead.spans[t] for t in flagged]))
+        return self.query_for(state, context, lookahead, flagged)
+
+    def query_for(self, state, context: KeywordContext, lookahead: LookAhead | None = None, flagged=()) -> str:
+        """Pre-retrieval over `context`: the candidates (`candidates:`) minus the `flagged` look-ahead
+        tokens, scored (`pre: scored`) or in text order, the top `top_n` joined; recorded for the trace.
+        Early detection's trigger has no look-ahead and nothing flagged (its attention term is 0)."""
+        spans = [lookahead.spans[t] for t in flagged]
+        if self.settings["candidates"] == "real-words":
+            candidates = real_word_candidates(context, spans)
+        else:
+            candidates = merge(state.dior.question, entity_candidates(context, spans))
         terms = self.terms(candidates, context, lookahead, flagged) if self.settings["pre"] == "scored" else {}
         query = keyword_query(candidates, terms, self.settings["weights"], self.settings["top_n"], self.settings["pre"])
         state.dior.pending = {"keywords": query.record()}
@@ -396,8 +422,9 @@ class DioR(TriggeredRetrieval):
                                 relevance=s["relevance"])
 
     def retrieve(self, state, query: str) -> list[Hit]:
-        """Post-retrieval for one trigger: stepwise rounds (or one search), each selected document cut into
-        blocks; the prompt's passages are the blocks. Rc += the searches made."""
+        """Post-retrieval for one trigger: stepwise rounds, each selected document cut into blocks (the
+        prompt's passages are the blocks), or one search of whole documents (`post: single`). Rc += the
+        searches made."""
         from .chunking import chunk_passage
         from .stepwise import single_retrieve, stepwise_retrieve
 
@@ -406,7 +433,8 @@ class DioR(TriggeredRetrieval):
             result = stepwise_retrieve(query, self.search, self.stepwise_settings())
         else:
             result = single_retrieve(query, self.search, self.settings["top_k"])
-        chunks = [chunk_passage(h.text, query, self.settings["chunk"]) for h in result.hits]
+        mode = "none" if self.whole_documents() else self.settings["chunk"]
+        chunks = [chunk_passage(h.text, query, mode, close=self.settings["chunk_close"]) for h in result.hits]
         state.hits = self.passages(result.hits, chunks)
         state.answer.retrievals += result.searches
         trigger = state.answer.detections - 1
@@ -418,14 +446,18 @@ class DioR(TriggeredRetrieval):
                                    "chunks": [{"id": h.id, "chunks": c} for h, c in zip(result.hits, chunks)]})
         return list(result.hits)
 
+    def whole_documents(self) -> bool:
+        """Documents go into the prompt uncut: `post: single` (App. F's w/o Post-R) or `chunk: none`."""
+        return self.settings["post"] == "single" or self.settings["chunk"] == "none"
+
     def passages(self, hits, chunks) -> list[Hit]:
         """`prompt: paper`: one passage per document, its text the numbered block list ("(1).b1 (2).b2",
-        the document's own text with `chunk: none`); `prompt: dragin`: one passage per block."""
+        the document's own text when whole); `prompt: dragin`: one passage per block."""
         from .chunking import render_chunks
 
         if self.settings["prompt"] == "dragin":
             return [Hit(h.id, h.title, block, h.score) for h, blocks in zip(hits, chunks) for block in blocks]
-        if self.settings["chunk"] == "none":
+        if self.whole_documents():
             return list(hits)
         return [Hit(h.id, h.title, render_chunks(blocks), h.score) for h, blocks in zip(hits, chunks)]
 
@@ -444,18 +476,37 @@ class DioR(TriggeredRetrieval):
 
     def paper_template(self):
         """The dataset's template (the project's own when it names none) with the `passage` and `context`
-        pieces of `builtin:dior`: DioR's knowledge block, the dataset's instruction and exemplars."""
+        pieces of `builtin:dior` (chunked documents) or `builtin:dior-documents` (whole ones): DioR's
+        knowledge block, the dataset's instruction and exemplars."""
         if self._template is None:
             import dataclasses
 
             from ...prompts.template import Template, load_template
 
             base = self.ctx.template or load_template()
-            dior = load_template(PAPER_TEMPLATE).styles["cot"]
+            knowledge = DOCUMENTS_TEMPLATE if self.whole_documents() else PAPER_TEMPLATE
+            dior = load_template(knowledge).styles["cot"]
             cot = dataclasses.replace(base.styles["cot"], passage=dior.passage, context=dior.context)
-            self._template = Template(f"{base.spec} + {PAPER_TEMPLATE} knowledge", base.path, base.data,
+            self._template = Template(f"{base.spec} + {knowledge} knowledge", base.path, base.data,
                                       {**base.styles, "cot": cot})
         return self._template
+
+
+def attributes_question(settings) -> bool:
+    """Whether a run computes the question's IG attribution: for the early detector (`early: on`) or for
+    the question's Eq. 3 candidates (`candidates: eq3-entities`, with or without ED)."""
+    return settings["early"] == "on" or settings["candidates"] == "eq3-entities"
+
+
+def detector_source(kind: str) -> dict:
+    """What the run feeds a detector, as its header's `source` records it (`detector_data` writes the same
+    values): the early detector reads the attribution at `IGSettings()`, the real-time one the hidden states
+    of `REALTIME_HIDDEN_LAYER`."""
+    from dataclasses import asdict
+
+    if kind == "early":
+        return {"attribution": asdict(IGSettings())}
+    return {"hidden_layer": REALTIME_HIDDEN_LAYER}
 
 
 def _fraction(section, name: str, default: float) -> float:

@@ -9,18 +9,23 @@ gives no weights, so they default to 1, as the reference code's). The top `top_n
 `top_n` candidates in text order instead, ignoring I: the paper's "w/o Pre-R" ablation ("retrieval
 performed sequentially based on the order of token appearances").
 
-Candidates (paper §3.2; spec §1.3), each a span of one scoring context, the question followed by
-the generated text (`KeywordContext`):
-- the question's Eq. 3 candidates: tokens whose normalised IG attribution is above the mean
-  (`ig_candidates`), mapped to the words they overlap (`question_candidates`);
-- the spaCy entities of the text generated so far (the answer kept, then the look-ahead through the
-  sentence judged), minus those that overlap a token real-time detection flagged
-  (`entity_candidates`);
-- a candidate repeated (case-insensitively) keeps its first occurrence (`merge`).
-Ours, where the paper is silent: stop words are dropped from the question's words (they carry no
-retrieval signal, and BM25's analyzer drops them from a query anyway); without early detection
-(`early: off`) there is no attribution, and the question's real words (DRAGIN's POS filter) stand in
-for its Eq. 3 candidates.
+Candidates, each a span of one scoring context, the question followed by the generated text
+(`KeywordContext`; the answer kept, then the look-ahead through the sentence judged). Two readings
+(`candidates:` in `dior.py`):
+- `real-words` (default; the reference code's `keep_real_words`, `new_generate.py`): every real
+  word (DRAGIN's POS filter: NOUN, ADJ, VERB, PROPN, NUM) of the question and of the generated text,
+  minus those that overlap a token real-time detection flagged (`real_word_candidates`). The paper
+  ranks "each candidate keyword (token)" of "the entire text generated" and keeps the top ones, and
+  its Table 3 has w/o Pre-R below DioR: the ranking must select, which with `top_n` 25/35 (the
+  reference code's values) needs a candidate set this wide;
+- `eq3-entities` (the narrow reading of §3.2-3.3.1): the question's Eq. 3 candidates, tokens whose
+  normalised IG attribution is above the mean (`ig_candidates`), mapped to the words they overlap
+  (`question_candidates`; stop words dropped: they carry no retrieval signal, and BM25's analyzer
+  drops them from a query anyway), and the spaCy entities of the generated text that overlap no
+  flagged token (`entity_candidates`). Usually fewer than 15, so `top_n` keeps them all and
+  `pre: scored` equals `pre: sequential`.
+In both, a candidate repeated (case-insensitively) keeps its first occurrence (`merge`; the
+reference code scores every occurrence).
 
 The terms, each computed by a function here:
 - A (`attention_term`): the attention the flagged tokens pay a candidate's tokens (the last layer's
@@ -54,6 +59,7 @@ from ..parts.text import entities, real_words, stop_words, words
 
 TERMS = ("attention", "tfidf", "position", "similarity")
 PRE = ("scored", "sequential")
+CANDIDATES = ("real-words", "eq3-entities")
 TFIDF = ("corpus", "context")
 SIMILARITY = ("minilm", "lm-embeddings")
 DEFAULT_WEIGHTS: dict[str, float] = {term: 1.0 for term in TERMS}
@@ -179,26 +185,36 @@ def question_candidates(question: str, tokens: Sequence[str], scores: Sequence[f
 
 
 def question_real_words(question: str) -> list[Candidate]:
-    """The question's real words (NOUN, ADJ, VERB, PROPN, NUM): the question's candidates when early
-    detection is off and no attribution exists (ours), and the query of early detection's up-front
-    retrieval (the reference code's)."""
+    """The question's real words (NOUN, ADJ, VERB, PROPN, NUM), as candidates of the scoring context."""
     return [Candidate(w.text, w.start, w.end, QUESTION) for w in real_words(question)]
+
+
+def real_word_candidates(context: KeywordContext, flagged: Sequence[tuple[int, int]] = ()) -> list[Candidate]:
+    """`candidates: real-words`: the real words of the question and of the generated text, the generated
+    ones that overlap a flagged span left out (`flagged` as in `entity_candidates`), merged."""
+    return merge(question_real_words(context.question), _generated(context, flagged, real_words))
 
 
 def entity_candidates(context: KeywordContext, flagged: Sequence[tuple[int, int]] = ()) -> list[Candidate]:
     """The spaCy entities of the generated text (`context.answer + context.lookahead`) that overlap no
     flagged span (`flagged`: character spans into `context.lookahead`, the tokens real-time detection
     judged hallucinated)."""
+    return _generated(context, flagged, entities)
+
+
+def _generated(context: KeywordContext, flagged: Sequence[tuple[int, int]], find) -> list[Candidate]:
+    """The spans `find(generated text)` gives, as candidates of the scoring context, minus those that
+    overlap a flagged span."""
     generated = context.answer + context.lookahead
     if not generated.strip():
         return []
     shift = context.answer_start
     bad = [(context.lookahead_start + a, context.lookahead_start + b) for a, b in flagged]
     out = []
-    for entity in entities(generated):
-        a, b = shift + entity.start, shift + entity.end
+    for span in find(generated):
+        a, b = shift + span.start, shift + span.end
         if not any(s < b and e > a for s, e in bad):
-            out.append(Candidate(entity.text, a, b, GENERATED))
+            out.append(Candidate(span.text, a, b, GENERATED))
     return out
 
 
