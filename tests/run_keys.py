@@ -10,7 +10,10 @@ changes the `sugar` key); the code was the same, and the other five profiles kep
 were captured again when the engine's attention path (`model.attention`) and `generation.chunk_size`
 entered every run's key: a deliberate change of every key (results now come from another kernel and
 another batching), after which the test again holds that no code change moves a key. The five GPU
-profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on.
+profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on. The
+`demo`, `seakr` and `dior` fixtures were captured again when SeaKR's settings gained its own token
+budget (`max_new_tokens`, 100), `rationale_periods` and the `rate` calibration rule as the default:
+only SeaKR runs' keys moved.
 """
 
 from __future__ import annotations
