@@ -13,6 +13,9 @@ another batching), after which the test again holds that no code change moves a 
 profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on. `demo.json`
 and `dior.json` were captured again when DioR's settings gained `candidates` and `chunk_close` and its
 variants took their base's presets: a deliberate change of every `dior` run's key (no other run's moved).
+The `demo`, `seakr` and `dior` fixtures were captured again when SeaKR's settings gained its own token
+budget (`max_new_tokens`, 100), `rationale_periods` and the `rate` calibration rule as the default:
+only SeaKR runs' keys moved.
 """
 
 from __future__ import annotations

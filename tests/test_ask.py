@@ -30,7 +30,7 @@ def make_workspace(root, tiny_model_dir):
         data["model"].update(name="tiny", source=str(tiny_model_dir))
         data["generation"].update(max_new_tokens=12, threads=1, batch_size=2, cache=CACHE)
         data["datasets"]["demo"]["sample"]["size"] = 3
-        data["methods"]["seakr"] = {"k": 3, "delta": -1.0e9, "max_steps": 2, "max_docs": 2}
+        data["methods"]["seakr"] = {"k": 3, "delta": -1.0e9, "max_steps": 2, "max_docs": 2, "max_new_tokens": None}
         data["methods"]["dior"] = {"top_k": 2, "max_retrievals": 1, "early_threshold": 0.0, "realtime_tokens": "all",
                                    "similarity": "lm-embeddings"}
 

@@ -1,5 +1,5 @@
 """An ablation's tables (CSV: one row per dataset x variant, varied settings and every number as
-columns, `time_rel` too when it has a time baseline; markdown, HTML and LaTeX: the same rows as an
+columns, `time_rel` too when it has a time baseline, `retrieval_rate` beside the scores; markdown, HTML and LaTeX: the same rows as an
 answer-quality and a cost table with their glossaries, `reports.quality_cost`) and its figure: `grid` (SCAAR Table 3 /
 Figure 2: F1 heatmaps of weighting x query per threshold, and how often each weighting and each
 query wins), `lines` (a metric against one varied setting, e.g. F1 and S_eff vs threshold, F1 vs
@@ -23,6 +23,7 @@ from .quality_cost import GLOSSARY, quality_and_cost
 from .tables import load_scores, s_eff, s_eff_metric, time_rel, write_csv, write_tables
 
 METRICS = ("em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc")
+DERIVED = ("S_eff", "time_rel", "retrieval_rate")  # computed here, not read from the score summary
 GRID_KEYS = ("weighting", "query")  # a grid's win counts: which weighting, which query is best
 OUTCOMES = {"win": "significant win", "tie": "tie for best"}
 
@@ -37,6 +38,8 @@ def ablation_frame(ablation, score_paths: list[Path], params):
         metrics.insert(metrics.index("S_eff") + 1, "time_rel")
     if any("Ks" in d["summary"] for d in scores.values()):  # some variant samples: show how much
         metrics.insert(metrics.index("Gc") + 1, "Ks")
+    if any("retrievals_histogram" in d["summary"] for d in scores.values()):
+        metrics.insert(metrics.index("N_R") + 1, "retrieval_rate")
     label = compare_label(ablation)
     rows = []
     for dataset in ablation.datasets:
@@ -47,7 +50,9 @@ def ablation_frame(ablation, score_paths: list[Path], params):
         for variant in ablation.variants:
             data = _score(scores, dataset, variant.method)
             row = {"dataset": dataset, **{k: str(v) for k, v in variant.values.items()}}
-            row.update({m: data["summary"].get(m) for m in metrics if m not in ("S_eff", "time_rel")})
+            row.update({m: data["summary"].get(m) for m in metrics if m not in DERIVED})
+            if "retrieval_rate" in metrics:
+                row["retrieval_rate"] = retrieval_rate(data["summary"])
             row["S_eff"] = s_eff(data, base, metric) if base is not None else None
             if timing is not None:
                 row["time_rel"] = time_rel(data, timing)
@@ -64,6 +69,16 @@ def ablation_frame(ablation, score_paths: list[Path], params):
             grid.append(f"{key}_best")
     comparison = COMPARISON_COLUMNS if ablation.compare_to else []
     return frame[["dataset", *ablation.vary, *metrics, *grid, *INTERVAL_COLUMNS, *comparison, "run"]]
+
+
+def retrieval_rate(summary: dict) -> float | None:
+    """The share of questions that retrieved at least once (the score file's retrievals histogram):
+    what a "when to retrieve" row decides, which N_R (retrievals per question) mixes with how often."""
+    histogram = summary.get("retrievals_histogram")
+    if not histogram:
+        return None
+    total = sum(histogram.values())
+    return round(1.0 - histogram.get("0", 0) / total, 4) if total else None
 
 
 def compare_label(ablation) -> str | None:

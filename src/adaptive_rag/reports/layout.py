@@ -21,12 +21,12 @@ from ..io import atomic_write
 
 # Decimals per column; a float column not named here gets DEFAULT_DECIMALS, an integer column none.
 DECIMALS = {"questions": 0, "cache_hits": 0, "N_R": 2, "Rc": 2, "Gc": 2, "Ks": 2, "Hc": 2, "Sc": 2, "Tc": 1,
-            "S_eff": 2, "time_rel": 2, "wall_time_s_mean": 2}
+            "S_eff": 2, "time_rel": 2, "wall_time_s_mean": 2, "retrieval_rate": 2}
 DEFAULT_DECIMALS = 3  # scores (EM, F1, Acc, answer found) and anything else
 MISSING = "–"
 # Column -> header as tables show it (the CSV keeps the column names).
 HEADERS = {"em": "EM", "f1": "F1", "acc": "Acc", "S_eff": "S_eff ×100", "answer_found": "answer found",
-           "wall_time_s_mean": "s/question", "cache_hits": "cached calls"}
+           "wall_time_s_mean": "s/question", "cache_hits": "cached calls", "retrieval_rate": "retrieval rate"}
 
 
 @dataclass

@@ -16,7 +16,8 @@ from .layout import HEADERS, MISSING, Shown, shown
 # Shown in the cost table, in this order, where the frame has them (Rc: see the module doc).
 COST = ("N_R", "S_eff", "time_rel", "Gc", "Ks", "Hc", "Tc", "Sc", "wall_time_s_mean", "cache_hits")
 # Shown in the quality table after the scores and their differences, where the frame has them.
-QUALITY_AFTER = ("answer_found", "weighting_best", "query_best")
+# retrieval_rate (ablations) sits beside the scores: a "when to retrieve" row reads only with its rate.
+QUALITY_AFTER = ("retrieval_rate", "answer_found", "weighting_best", "query_best")
 
 GLOSSARY = {
     "dataset": "the dataset (`datasets.<name>` in params.yaml)",
@@ -28,6 +29,8 @@ GLOSSARY = {
     "answer_found": "share of outputs that stated their answer after \"the answer is\"; the others are scored whole",
     "N_R": "mean retrievals per question (SCAAR's N_R); DioR's Rc counts the same retrievals, so it is shown "
            "once here and kept as `Rc` in the CSV",
+    "retrieval_rate": "share of questions that retrieved at least once (SeaKR Table 3's estimator rows differ in "
+                      "when they retrieve: compare their scores at their rates)",
     "S_eff": "100 × (score − wo-RAG's score on the same questions) / N_R: the score gained per retrieval, with F1 "
              "as the score (EM on yes/no datasets such as StrategyQA), ×100 as SCAAR prints it; – without "
              "retrievals or without a wo-RAG run on the dataset",

@@ -35,7 +35,7 @@ class UncertainLM:
     num_layers = 4
 
     def __init__(self, script: dict):
-        self.script, self.calls, self.sampled = script, [], []
+        self.script, self.calls, self.sampled, self.sample_budgets = script, [], [], []
 
     def identity(self):
         return {"backend": "scripted"}
@@ -47,12 +47,13 @@ class UncertainLM:
         return self.script[key]
 
     def generate(self, prompts, max_new_tokens, stop=(), extras=NO_EXTRAS):
-        self.calls.extend({"prompt": p, "stop": tuple(stop)} for p in prompts)
+        self.calls.extend({"prompt": p, "stop": tuple(stop), "max_new_tokens": max_new_tokens} for p in prompts)
         return [self._entry(p)[0] for p in prompts]
 
     def sample_batch(self, prompts, params, max_new_tokens, stop=(), extras=NO_EXTRAS):
         assert extras.final_layers == (2,) and extras.final_source == "mlp"  # L/2 of 4 layers
         self.sampled.extend(prompts)
+        self.sample_budgets.append(max_new_tokens)
         return [SampleSet([cont([" a", " sample"])] * params.n, {"2": gram_for(self._entry(p)[1], params.n)})
                 for p in prompts]
 
@@ -232,8 +233,8 @@ def test_calibrated_delta_is_read_and_its_questions_are_refused(tmp_path):
                       retriever=RecordingRetriever(), inputs={"calibration": path})
         return SeaKR({**settings, **(extra or {})}, ctx)
 
-    assert method().delta == -5.7
-    assert method({"calibration_rule": "rate", "calibration_rate": 0.5}).delta == -6.0
+    assert method().delta == -6.0  # rule rate (the default), rate 0.5: -5.5 and -5.0 retrieve
+    assert method({"calibration_rule": "best-f1"}).delta == -5.7
     with pytest.raises(InputError, match="q9 are in the calibration split"):
         method().answer_batch([Example("q9", SCRIPTED_QUESTION, ["Lyon"], "span")])
     path.write_text("{}")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ...lm.base import NO_EXTRAS, Continuation, Extras
 from ..base import Answer, Method, count_sentences, step_record
 from .lookahead import LookAhead
-from .rules import ANSWER_PHRASE, read_loop_rules
+from .rules import read_loop_rules
 
 if TYPE_CHECKING:
     from .components import Detection
@@ -61,11 +61,6 @@ class QuestionState:
         self.answer.retrievals += 1
         self.answer.passages.extend({"id": h.id, "title": h.title, "score": h.score, "retrieval": step}
                                     for h in hits)
-
-
-def says_answer(text: str) -> bool:
-    """The project's check (`answer_check: any-case`), which SeaKR's loop uses too."""
-    return ANSWER_PHRASE in text.lower()
 
 
 class DynamicMethod(Method):

@@ -9,15 +9,19 @@ that Gram (exact for dropped empty samples and any α), so U costs k*k numbers p
 Multi-hop loop (§3.1-3.3), all questions of a batch in lockstep:
 1. pseudo-step: greedy next sentence (stop ". ") from exemplars + knowledge K + question + rationale
    R, plus k samples of it -> U;
-2. an answer sentence ends the loop first (`answer_check: before`, the reference code's order; the
-   paper does not say); otherwise an empty step or U > delta retrieves (`retrieval: always`: every
-   step, Table 3's "- S.A. Retrieval"); else the step joins R;
+2. an answer sentence ("the answer is", or "X is the answer") ends the loop first (`answer_check:
+   before`, the reference code's order; the paper does not say); otherwise an empty step or U > delta
+   retrieves (`retrieval: always`: every step, Table 3's "- S.A. Retrieval"); else the step joins R
+   (periods inside it removed, as the reference code renders R: `rationale_periods`);
 3. query: the step's words that are sure (in the question or the last rationale, or every token's
    1 - p <= `prob_threshold`), POS-filtered; the question when none; a repeated query ends the loop;
 4. self-aware re-rank (§3.2): each of the top-N new passages gets its own pseudo-step with K plus
-   that passage; the lowest U wins, its passage joins K and its step joins R (`rerank: search`:
-   the search engine's first new passage, "- S.A. Re-rank");
+   that passage; the lowest U wins, its passage joins K and its step joins R, even an empty one
+   (`rerank: search`: the search engine's first new passage, "- S.A. Re-rank"); a search with no
+   new passage ends the question and, as in the reference code, is not counted as a retrieval;
 5. stop on an answer sentence, at `max_steps` rationales or `max_docs` passages.
+Every call stops at the reference code's strings ("\n\n", "Question:", "\nContext") and generates at
+most `max_new_tokens` (the reference code's 100), whatever the dataset's budget.
 Self-aware reasoning (§3.3): (a) the answer from the rationales, (b) a full chain of thought over all
 of K; the one with lower U wins, an unknown/missing answer loses (`final: rationale|knowledge` keep
 one, Table 3). `variant: simple` is the simple-QA set-up (§4.1.3: one retrieval): answer directly
@@ -32,7 +36,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,7 +49,7 @@ from ...retrieval import Hit
 from ..base import Answer, Method, count_sentences
 from ..parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
 from ..parts.lookahead import LookAhead
-from ..parts.loop import says_answer
+from ..parts.rules import ANSWER_PHRASE
 from ..parts.text import Span, nlp
 from ..parts import uncertainty as est
 from ..registry import register
@@ -55,10 +59,15 @@ SOURCES = ("mlp", "residual")
 QUERY_POS = frozenset({"NOUN", "ADJ", "VERB", "PROPN", "NUM", "ADV"})
 QUERY_DROP = frozenset({"thus", "answer", "is", "so"})
 SENTENCE_STOP = ". "
-CALIBRATION_RULES = ("best-f1", "rate")
+STOPS = STOP_STRINGS + ("\nContext",)  # the reference code's stops: it also ends where a new context block starts
+MAX_NEW_TOKENS = 100  # the reference code's budget for every SeaKR call
+CALIBRATION_RULES = ("rate", "best-f1")
+PERIODS = ("drop", "keep")
 RATES = (0.25, 0.5, 0.75)  # the retrieval rates the calibration file gives a delta for
 SAMPLED = {"eigenscore", "multi-perplexity", "ln-entropy"}  # estimators that read the k samples
 _CODE_ANSWER = re.compile(r"the answer is(?:\s*:\s*)?(.*?)[,.]", re.DOTALL)
+_CODE_ANSWER_BEFORE = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.DOTALL)
+_IS_THE_ANSWER = re.compile(r"\w\W*\s+is the answer\b")
 
 
 @dataclass
@@ -79,17 +88,21 @@ class QuestionState:
     def __init__(self, example, prompt):
         self.example = example
         self.knowledge: list[Hit] = []  # K: the passages chosen by re-ranking, in order
-        self.rationale = ""  # R as the answer text so far (exact, fed back as the prefix)
-        self.steps: list[tuple[str, float]] = []  # each rationale with the U it was accepted at
+        self.rationale = ""  # R as generated (an answer stated in the last rationale is read from it)
+        self.shown = ""  # R as the next prompt shows it after "Answer:" (`accept`)
+        self.steps: list[tuple[str, float]] = []  # each rationale as generated, with the U it was accepted at
         self.queries: set[str] = set()
         self.done = False
         self.answer = Answer(output="", prompt=prompt)
 
-    def accept(self, step: str, u: float) -> None:
-        if self.rationale and step and not step[0].isspace():
-            step = " " + step
-        self.rationale += step
+    def accept(self, step: str, u: float, drop_periods: bool = True) -> None:
+        """`step` joins R: whole in `steps` and `rationale` (the answer check, the query's last rationale,
+        the answer it states), and in the prompt's `shown` without its inner periods when `drop_periods`
+        (the reference code renders each rationale so, that one of them cannot read as two sentences).
+        An empty step counts as a step (`max_steps`) and adds nothing to either text."""
         self.steps.append((step.strip(), u))
+        self.rationale = _appended(self.rationale, step)
+        self.shown = _appended(self.shown, rendered_step(step) if drop_periods else step)
 
 
 @register("seakr")
@@ -112,6 +125,8 @@ class SeaKR(Method):
             "top_k": section.int("top_k", 3, minimum=1),
             "max_steps": section.int("max_steps", 7, minimum=1),
             "max_docs": section.int("max_docs", 5, minimum=1),
+            "max_new_tokens": section.int("max_new_tokens", MAX_NEW_TOKENS, minimum=1, allow_none=True),
+            "rationale_periods": section.str("rationale_periods", "drop", PERIODS),
             "prob_threshold": section.float("prob_threshold", 0.1, minimum=0.0),
             "retrieval": section.str("retrieval", "adaptive", ("adaptive", "always")),
             "rerank": section.str("rerank", "uncertainty", ("uncertainty", "search")),
@@ -125,7 +140,7 @@ class SeaKR(Method):
         }
         if settings["delta"] == "calibrated":
             settings["calibration_dataset"] = section.str("calibration_dataset")
-            settings["calibration_rule"] = section.str("calibration_rule", "best-f1", CALIBRATION_RULES)
+            settings["calibration_rule"] = section.str("calibration_rule", "rate", CALIBRATION_RULES)
             if settings["calibration_rule"] == "rate":
                 settings["calibration_rate"] = section.float("calibration_rate", 0.5, minimum=0.0)
         return settings
@@ -138,6 +153,8 @@ class SeaKR(Method):
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
+        if settings["max_new_tokens"]:  # every call of the method, the calibration's plain answer included
+            self.ctx = replace(context, max_new_tokens=settings["max_new_tokens"])
         self.delta, self.calibration_ids = self._threshold()
         self.sampling = SamplingParams(n=settings["k"], seed=settings["seed"])
         self.sample_extras = NO_EXTRAS
@@ -258,14 +275,14 @@ class SeaKR(Method):
 
     def step_stop(self, state: QuestionState) -> tuple:
         """One sentence; once R holds a step, also the end of the line (the reference code's stops)."""
-        return STOP_STRINGS + ((SENTENCE_STOP, "\n") if state.steps else (SENTENCE_STOP,))
+        return STOPS + ((SENTENCE_STOP, "\n") if state.steps else (SENTENCE_STOP,))
 
     def pseudo_prompts(self, states: Sequence[QuestionState]) -> tuple[list[Prompt], list[tuple]]:
         """What the next uncertainty check reads: the next sentence after K and R (multi-hop), or the
         whole answer to the bare question (simple QA)."""
         if self.settings["variant"] == "simple":
-            return [self.prompt(s, ()) for s in states], [STOP_STRINGS + ("\n",)] * len(states)
-        return [self.prompt(s, s.knowledge, s.rationale) for s in states], [self.step_stop(s) for s in states]
+            return [self.prompt(s, ()) for s in states], [STOPS + ("\n",)] * len(states)
+        return [self.prompt(s, s.knowledge, s.shown) for s in states], [self.step_stop(s) for s in states]
 
     def first_step(self, states: Sequence[QuestionState]) -> list[Assessment]:
         """The first check of fresh questions: what `calibrate` measures delta on."""
@@ -304,13 +321,13 @@ class SeaKR(Method):
             text = sentence_of(a.greedy)
             uncertain = a.u > self.delta
             state.answer.detections += int(uncertain)
-            answered = says_answer(text)
+            answered = self.says_answer(text)
             if answered and self.settings["answer_check"] == "before":
                 retrieve = False
             else:
                 retrieve = not text.strip() or uncertain or self.settings["retrieval"] == "always"
             if not retrieve:
-                state.accept(text, a.u)
+                self.accept(state, text, a.u)
                 state.done = answered
                 state.answer.steps.append(a.record("direct", delta=self.delta, kept=True))
                 continue
@@ -325,10 +342,11 @@ class SeaKR(Method):
             held = {h.id for h in state.knowledge}
             candidates = [h for h in hits if h.id not in held]
             state.answer.steps.append({**record, "retrieved": [h.id for h in hits]})
-            if not candidates:
+            if not candidates:  # the reference code's rag() gives up here, and counts no retrieval
                 state.done = True
                 state.answer.steps[-1]["stopped"] = "no new passage"
                 continue
+            self.count_retrieval(state, hits)
             if self.settings["rerank"] == "search":
                 candidates = candidates[:1]
             pending.append((state, candidates, query))
@@ -343,7 +361,7 @@ class SeaKR(Method):
             for hit in candidates:
                 passages = ([*state.knowledge, hit] if self.settings["rerank_context"] == "knowledge" else [hit])
                 owners.append(state)
-                prompts.append(self.prompt(state, passages, state.rationale))
+                prompts.append(self.prompt(state, passages, state.shown))
                 stops.append(self.step_stop(state))
         judged = iter(self.assess(owners, prompts, stops))
         for state, candidates, query in pending:
@@ -354,20 +372,30 @@ class SeaKR(Method):
             chosen, a = candidates[best], results[best]
             state.knowledge.append(chosen)
             text = sentence_of(a.greedy)
-            state.accept(text, a.u)
+            self.accept(state, text, a.u)
             state.answer.steps.append(a.record(
                 "rerank", query=query, candidates=[{"id": h.id, "u": _rounded(r.u), "text": r.greedy.text}
                                                    for h, r in zip(candidates, results)], chosen=chosen.id))
-            state.done = says_answer(text) or not text.strip()
+            state.done = self.says_answer(text)  # an empty step joins R and the loop goes on (reference code)
+
+    def accept(self, state: QuestionState, text: str, u: float) -> None:
+        state.accept(text, u, drop_periods=self.settings["rationale_periods"] == "drop")
+
+    def says_answer(self, text: str) -> bool:
+        return says_answer(text, code=self.settings["reference"] == "seakr-code")
 
     def retrieve(self, state: QuestionState, query: str) -> list[Hit]:
         start = time.perf_counter()
         hits = self.search(query, self.settings["top_k"])
         state.answer.wall_time_s += time.perf_counter() - start
+        return hits
+
+    @staticmethod
+    def count_retrieval(state: QuestionState, hits: Sequence[Hit]) -> None:
+        """Rc: a search that gave the question something to read (its passages join the record)."""
         state.answer.retrievals += 1
         state.answer.passages.extend({"id": h.id, "title": h.title, "score": h.score,
                                       "retrieval": state.answer.retrievals - 1} for h in hits)
-        return hits
 
     def query(self, state: QuestionState, c: Continuation) -> str:
         """The pseudo-step's sure words, POS-filtered (FLARE-style masking, as the reference code does)."""
@@ -392,9 +420,9 @@ class SeaKR(Method):
 
     def final_text(self, output: str) -> str:
         if self.settings["reference"] == "seakr-code":
-            found = _CODE_ANSWER.search(output.lower())
-            if found:
-                return f"{ANSWER_PREFIX} {found.group(1).strip()}."
+            found = code_answer(output)
+            if found is not None:
+                return f"{ANSWER_PREFIX} {found}."
         return output
 
     def from_rationale(self, states: list[QuestionState]) -> list[dict]:
@@ -403,24 +431,24 @@ class SeaKR(Method):
         out: list[dict | None] = [None] * len(states)
         todo = []
         for i, state in enumerate(states):
-            if self.settings["final_rationale"] == "paper" and state.steps and says_answer(state.steps[-1][0]):
+            if self.settings["final_rationale"] == "paper" and state.steps and self.says_answer(state.steps[-1][0]):
                 out[i] = _candidate(state.rationale, state.steps[-1][1])
             else:
                 todo.append(i)
         if self.settings["final_rationale"] == "paper":
             prompts = [self.prompt(states[i], states[i].knowledge,
-                                   _join(states[i].rationale, ANSWER_PREFIX, self.ctx.prompt_format)) for i in todo]
-            judged = self.assess([states[i] for i in todo], prompts, [STOP_STRINGS + ("\n",)] * len(todo))
+                                   _join(states[i].shown, ANSWER_PREFIX, self.ctx.prompt_format)) for i in todo]
+            judged = self.assess([states[i] for i in todo], prompts, [STOPS + ("\n",)] * len(todo))
             for i, prompt, a in zip(todo, prompts, judged):
                 out[i] = _candidate(prompt.prefix + a.greedy.text, a.u)
                 states[i].answer.steps.append(a.record("final-rationale"))
             return out
         prompts = [self.prompt(states[i], rationale_passages(states[i].steps)) for i in todo]
-        judged = self.assess([states[i] for i in todo], prompts, [STOP_STRINGS + ("\n",)] * len(todo))
+        judged = self.assess([states[i] for i in todo], prompts, [STOPS + ("\n",)] * len(todo))
         texts = [a.greedy.text for a in judged]
         need = [j for j, text in enumerate(texts) if not extract_answer(text)[1]]
         forced = self.force([states[todo[j]] for j in need], [prompts[j] for j in need], [texts[j] for j in need],
-                            STOP_STRINGS + ("\n",), judge=False)
+                            STOPS + ("\n",), judge=False)
         for j, (text, _) in zip(need, forced):
             texts[j] = text
         for j, (i, a) in enumerate(zip(todo, judged)):
@@ -431,14 +459,14 @@ class SeaKR(Method):
     def from_knowledge(self, states: list[QuestionState]) -> list[dict]:
         """(b): a full chain of thought with all of K as context; forced to the answer phrase if it has
         none. Its U: the chain's (paper), or the last call's, the forced one when forcing happened (code)."""
-        stop = STOP_STRINGS + (("\n",) if self.settings["final_rationale"] == "paper" else ())
+        stop = STOPS + (("\n",) if self.settings["final_rationale"] == "paper" else ())
         prompts = [self.prompt(s, s.knowledge) for s in states]
         judged = self.assess(states, prompts, [stop] * len(states))
         out = [_candidate(a.greedy.text, a.u) for a in judged]
         todo = [i for i, a in enumerate(judged) if not extract_answer(a.greedy.text)[1]]
         code = self.settings["final_rationale"] == "code"
         forced = self.force([states[i] for i in todo], [prompts[i] for i in todo],
-                            [judged[i].greedy.text for i in todo], STOP_STRINGS + ("\n",), judge=code)
+                            [judged[i].greedy.text for i in todo], STOPS + ("\n",), judge=code)
         for i, (text, u) in zip(todo, forced):
             out[i] = _candidate(text, u if code else out[i]["u"])
         for state, a in zip(states, judged):
@@ -469,7 +497,7 @@ class SeaKR(Method):
     def simple(self, states: list[QuestionState]) -> None:
         """One retrieval at most: the direct answer when U <= delta (and `retrieval: adaptive`), else the
         single-passage answer of lowest U among the top-N (or the first passage's, `rerank: search`)."""
-        stop = STOP_STRINGS + ("\n",)
+        stop = STOPS + ("\n",)
         direct = self.first_step(states)
         pending = []
         for state, a in zip(states, direct):
@@ -482,6 +510,7 @@ class SeaKR(Method):
             state.answer.steps.append(a.record("direct", delta=self.delta, kept=False))
             hits = self.retrieve(state, state.example.question)
             if hits:
+                self.count_retrieval(state, hits)
                 pending.append((state, hits[:1] if self.settings["rerank"] == "search" else hits))
             else:
                 state.answer.output = a.greedy.text.strip()
@@ -506,6 +535,36 @@ def sentence_of(c: Continuation) -> str:
     if text.strip() and not text.endswith((".", "!", "?")):
         text += "."
     return text
+
+
+def rendered_step(step: str) -> str:
+    """A rationale as the reference code puts it in the prompt: every period inside it removed (so "M.D."
+    or "3.5" cannot read as a sentence end) and one put back at its end; the leading space kept."""
+    body = step.strip().replace(".", "").rstrip()
+    if not body:
+        return ""
+    if not body.endswith(("!", "?")):
+        body += "."
+    return step[:len(step) - len(step.lstrip())] + body
+
+
+def says_answer(text: str, code: bool = False) -> bool:
+    """Whether a step states its answer: "the answer is ..." or "... X is the answer" (both of the
+    reference code's patterns; the paper's phrase is "So the final answer is"). `code`: the reference's
+    regexes as they are, which also want a comma or period after the answer and a sentence end before
+    "X is the answer" (so a step that is just "X is the answer." does not end its loop)."""
+    if code:
+        return bool(code_answer(text))
+    lower = text.lower()
+    return ANSWER_PHRASE in lower or bool(_IS_THE_ANSWER.search(lower))
+
+
+def code_answer(text: str) -> str | None:
+    """The reference code's answer extraction: after "the answer is" up to the first comma or period,
+    else between a sentence end and "is the answer"; None when neither matches."""
+    lower = text.lower()
+    found = _CODE_ANSWER.search(lower) or _CODE_ANSWER_BEFORE.search(lower)
+    return found.group(1).strip() if found else None
 
 
 def sure_words(c: Continuation, question: str, last_rationale: str, threshold: float,
@@ -539,8 +598,7 @@ def rationale_passages(steps: list[tuple[str, float]]) -> list[Hit]:
 
     texts = [text for text, _ in steps]
     if texts:
-        last = " ".join(s.text for s in sentences(texts[-1]) if not says_answer(s.text)
-                        and "is the answer" not in s.text.lower())
+        last = " ".join(s.text for s in sentences(texts[-1]) if not says_answer(s.text))
         texts = texts[:-1] + ([last] if last.strip() else [])
     return [Hit(id=f"rationale-{i}", title="", text=text, score=0.0) for i, text in enumerate(texts, 1)]
 
@@ -584,6 +642,13 @@ def threshold_for_rate(values: Sequence[float], rate: float) -> float:
         raise ValueError("no calibration values")
     above = round(min(max(rate, 0.0), 1.0) * len(ordered))
     return ordered[0] - 1.0 if above >= len(ordered) else ordered[len(ordered) - above - 1]
+
+
+def _appended(text: str, step: str) -> str:
+    """`step` after `text`, one space between them; an empty step adds nothing."""
+    if not step.strip():
+        return text
+    return text + (" " + step if text and not step[0].isspace() else step)
 
 
 def _candidate(output: str, u: float) -> dict:
