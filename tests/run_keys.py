@@ -10,7 +10,10 @@ changes the `sugar` key); the code was the same, and the other five profiles kep
 were captured again when the engine's attention path (`model.attention`) and `generation.chunk_size`
 entered every run's key: a deliberate change of every key (results now come from another kernel and
 another batching), after which the test again holds that no code change moves a key. The five GPU
-profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on.
+profiles' fixtures were captured once more when those profiles turned `model.cuda_graphs` on. The
+SUGAR runs' keys of demo, shared and sugar were refreshed when SUGAR's settings changed what its runs
+compute (`condition_on_question` only for NLI judges, the `mean` rule's multi-step t2, empty samples);
+every other run kept its key.
 """
 
 from __future__ import annotations
