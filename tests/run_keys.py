@@ -16,6 +16,9 @@ variants took their base's presets: a deliberate change of every `dior` run's ke
 The `demo`, `seakr` and `dior` fixtures were captured again when SeaKR's settings gained its own token
 budget (`max_new_tokens`, 100), `rationale_periods` and the `rate` calibration rule as the default:
 only SeaKR runs' keys moved.
+The SUGAR runs' keys of demo, shared and sugar were refreshed when SUGAR's settings changed what its runs
+compute (`condition_on_question` only for NLI judges, the `mean` rule's multi-step t2, empty samples);
+every other run kept its key.
 """
 
 from __future__ import annotations

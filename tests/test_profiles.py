@@ -146,7 +146,7 @@ def test_sugar_profile_has_the_papers_settings():
         assert p.method("sugar").settings_for(name)["calibration_dataset"] == "{dataset}-calib"
     ablations = p.ablations
     assert ablations["sugar-table1"].datasets == SUGAR_SINGLE and ablations["sugar-table2"].datasets == SUGAR_MULTI
-    assert ablations["sugar-table1"].time_baseline == "sugar-table1--sr-rag"
+    assert ablations["sugar-table1"].time_baseline == "sugar-single-step"  # SUGAR's own single step
     assert ablations["sugar-signal"].datasets == ["triviaqa", "squad"]
     signal = {v.base: p.method(v.method).settings for v in ablations["sugar-signal"].variants
               if v.base.startswith("sugar")}
@@ -164,8 +164,8 @@ def test_sugar_profile_plans_calibrations_tables_and_figure(tmp_path):
     jobs = {parts[0]: int(parts[1]) for parts in map(str.split, out.splitlines())
             if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job")}
     # 10 splits (5 evaluated, 5 calibration); one calibration per SUGAR configuration and dataset (Tables I
-    # 3, II 2, III 3 x 2, Figure 2's runs 5); 35 runs; three tables and the figure
-    assert jobs["split"] == 10 and jobs["calibrate"] == 16 and jobs["generate"] == 35
+    # 3, II 2, III 3 x 2, Figure 2's runs 5); 35 runs and the Time baseline's 5; three tables and the figure
+    assert jobs["split"] == 10 and jobs["calibrate"] == 16 and jobs["generate"] == 40
     assert jobs["dense_index"] == 1 and jobs["ablation"] == 3 and jobs["sugar_entropy_levels"] == 1
 
 

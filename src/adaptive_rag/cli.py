@@ -271,7 +271,7 @@ def cmd_report(args) -> None:
     paths = [Path(p) for p in args.scores]
     params = load_params(args.params)
     frame = collect_scores(paths, params)
-    quality, cost = score_tables(frame, params.report)
+    quality, cost = score_tables(frame, params.report, params)
     written = [*write_tables([quality], Path(args.quality), "Answer quality"),
                *write_tables([cost], Path(args.cost), "Cost")]
     write_csv(frame, Path(args.table_csv))

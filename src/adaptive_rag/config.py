@@ -378,6 +378,14 @@ class Params:
             raise ConfigError(f"unknown method {name!r}; params.yaml defines: {', '.join(base)}{more}")
         return self.methods[name]
 
+    def method_label(self, method: str, dataset: str, name: str | None = None) -> str:
+        """How a table row names the run of configuration `method` on `dataset`: `name` (default: the
+        configuration's), followed by what its type says every row of such a run must show
+        (`Method.row_note`, e.g. "sugar (judge: match)" for a SUGAR run whose judge is not its NLI model)."""
+        cfg = self.method(method)
+        note = method_class(cfg.type).row_note(cfg.settings_for(dataset))
+        return f"{name or method} ({note})" if note else (name or method)
+
 
 def _method_key(cls, cfg: MethodConfig) -> dict:
     """A method configuration as its runs' key records it: settings added after runs were built are
@@ -701,7 +709,9 @@ def _check_calibrations(methods: dict[str, MethodConfig], datasets: dict, runs: 
             raise ConfigError(f"{source}: methods.{name}: {exc}") from None
         if calibration is not None and calibration not in datasets:
             raise ConfigError(f"{source}: methods.{name}.calibration_dataset: on {dataset} it names "
-                              f"{calibration!r}, which is not under datasets: ({', '.join(datasets)})")
+                              f"{calibration!r}, which is not under datasets: ({', '.join(datasets)}); add "
+                              f"that split there, set calibration_dataset to one that is, or set "
+                              f"{method_class(cfg.type).uncalibrated}")
 
 
 def _check_templates(datasets: dict[str, DatasetConfig], prompt_format: str, source: str) -> None:

@@ -100,6 +100,12 @@ class Method:
         return {}
 
     @classmethod
+    def row_note(cls, settings: dict[str, Any]) -> str | None:
+        """What a table row of a run with these settings must say beside its configuration's name (e.g.
+        a judge other than the method's own); None: nothing."""
+        return None
+
+    @classmethod
     def inputs(cls, settings: dict[str, Any], dataset: str, method: str) -> dict[str, str]:
         """Files a run of this configuration reads besides the split, exemplars, model and index (name ->
         repo-relative path): the workflow makes them inputs of the generate rule, the runner hands them
@@ -118,6 +124,7 @@ class Method:
     # serve every type whose threshold is read from data ----------------------------------------
 
     calibration_retrieves = False  # the calibration answers with retrieval too: the step needs the index
+    uncalibrated = "the threshold as a number"  # what to set instead of a calibration split (for errors)
 
     @classmethod
     def calibration_settings(cls, settings: dict[str, Any]) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..evaluation.intervals import ReportConfig, best_of, paired_values
 from .compare import COMPARISON_COLUMNS, INTERVAL_COLUMNS, comparison_columns, interval_columns
 from .figures import interval_bars, save, theme
-from .quality_cost import GLOSSARY, quality_and_cost
+from .quality_cost import GLOSSARY, ROW_NOTE, quality_and_cost
 from .tables import load_scores, s_eff, s_eff_metric, time_rel, write_csv, write_tables
 
 METRICS = ("em", "f1", "acc", "N_R", "S_eff", "Rc", "Gc", "Hc", "Tc", "Sc")
@@ -50,6 +50,10 @@ def ablation_frame(ablation, score_paths: list[Path], params):
         for variant in ablation.variants:
             data = _score(scores, dataset, variant.method)
             row = {"dataset": dataset, **{k: str(v) for k, v in variant.values.items()}}
+            # the method a row ran, with what its type says every such row must show (e.g. SUGAR's judge)
+            named = params.method_label(variant.method, dataset, variant.base)
+            if "method" in variant.values or named != variant.base:
+                row["method"] = named
             row.update({m: data["summary"].get(m) for m in metrics if m not in DERIVED})
             if "retrieval_rate" in metrics:
                 row["retrieval_rate"] = retrieval_rate(data["summary"])
@@ -68,7 +72,14 @@ def ablation_frame(ablation, score_paths: list[Path], params):
             frame[f"{key}_best"] = grid_outcomes(frame, scores, ablation, key, settings)
             grid.append(f"{key}_best")
     comparison = COMPARISON_COLUMNS if ablation.compare_to else []
-    return frame[["dataset", *ablation.vary, *metrics, *grid, *INTERVAL_COLUMNS, *comparison, "run"]]
+    return frame[["dataset", *row_keys(ablation, frame), *metrics, *grid, *INTERVAL_COLUMNS, *comparison, "run"]]
+
+
+def row_keys(ablation, frame) -> list[str]:
+    """The columns that name a row besides its dataset: the varied settings, after the method when a
+    row must say something of it that the varied values do not (`Params.method_label`)."""
+    labelled = ["method"] if "method" in frame and "method" not in ablation.vary else []
+    return [*labelled, *ablation.vary]
 
 
 def retrieval_rate(summary: dict) -> float | None:
@@ -123,9 +134,11 @@ def _score(scores: dict, dataset: str, method: str) -> dict:
 def ablation_tables(ablation, frame, settings) -> list:
     """The ablation's quality and cost tables, rows named by dataset and the varied settings."""
     defined = {key: f"the row's `{key}` (varied by `ablations.{ablation.name}.vary`)" for key in ablation.vary}
+    if "method" in frame:
+        defined["method"] = f"{defined.get('method', 'the method configuration')}; {ROW_NOTE}"
     if ablation.time_baseline:
         defined["time_rel"] = f"{GLOSSARY['time_rel']}; time baseline: {ablation.time_baseline}"
-    return quality_and_cost(frame, ["dataset", *ablation.vary], settings, defined,
+    return quality_and_cost(frame, ["dataset", *row_keys(ablation, frame)], settings, defined,
                             titles=(f"{ablation.name}: answer quality", f"{ablation.name}: cost"))
 
 

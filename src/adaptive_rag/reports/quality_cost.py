@@ -19,9 +19,13 @@ COST = ("N_R", "S_eff", "time_rel", "Gc", "Ks", "Hc", "Tc", "Sc", "wall_time_s_m
 # retrieval_rate (ablations) sits beside the scores: a "when to retrieve" row reads only with its rate.
 QUALITY_AFTER = ("retrieval_rate", "answer_found", "weighting_best", "query_best")
 
+# what a method cell's parenthesis means (`config.Params.method_label`)
+ROW_NOTE = ("in parentheses, what the run must be read with, e.g. the judge of a SUGAR run whose clusters are not "
+            "its NLI model's")
+
 GLOSSARY = {
     "dataset": "the dataset (`datasets.<name>` in params.yaml)",
-    "method": "the method configuration (`methods.<name>` in params.yaml)",
+    "method": f"the method configuration (`methods.<name>` in params.yaml); {ROW_NOTE}",
     "questions": "questions scored (the split's size)",
     "em": "exact match: share of questions whose answer equals a gold answer or alias after SQuAD normalisation",
     "f1": "token F1 of the answer against the best-matching gold answer, mean over questions",

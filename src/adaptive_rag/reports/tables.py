@@ -174,8 +174,11 @@ ORDER_NOTE = ("Rows follow `experiment.datasets`, then `experiment.methods` (par
               "figure of the main experiment.")
 
 
-def score_tables(frame, settings) -> list:
-    """The main experiment's quality and cost tables (`reports.quality_cost`)."""
+def score_tables(frame, settings, params=None) -> list:
+    """The main experiment's quality and cost tables (`reports.quality_cost`); with `params`, each row's
+    method is named as `Params.method_label` names it."""
+    if params is not None and not frame.empty:
+        frame = frame.assign(method=[params.method_label(m, d) for m, d in zip(frame["method"], frame["dataset"])])
     return quality_and_cost(frame, ["dataset", "method"], settings, note=ORDER_NOTE,
                             titles=("Answer quality: methods × datasets", "Cost: methods × datasets"))
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from adaptive_rag.methods.sugar.routing import GRID_CUTS, best, cuts, mean_rule, quantiles, route, search
+from adaptive_rag.methods.sugar.routing import (GRID_CUTS, best, cuts, mean_rule, mean_single_rule, quantiles,
+                                                route, search)
 
 # Four questions: SE, then Acc and retrievals of their none / single / multi answers.
 #   q1 0.1: right without retrieval and with one, wrong with IRCoT (2 rounds)
@@ -49,9 +50,27 @@ def test_ties_go_to_fewer_retrievals_then_to_the_larger_thresholds():
     assert best(rows) == [0.2, None]
 
 
-def test_the_mean_rule_is_table_three():
-    assert mean_rule(VALUES) == [pytest.approx(0.65), None]
-    assert mean_rule([0.3, math.inf, 0.5]) == [pytest.approx(0.4), None]  # an undefined value is left out
+def test_the_mean_rule_is_table_three_with_multi_step():
+    """Table III (SUGAR §III-D) sets the thresholds "to the average values", and its PE rows take 1.04 and
+    1.36 retrieval steps, more than single-step retrieval's 1.00: some questions went to multi-step, so
+    t2 is finite. t1 = mean, t2 = mean + population standard deviation. By hand for 0.1, 0.5, 0.8, 1.2:
+    mean 0.65; squared deviations 0.3025 + 0.0225 + 0.0225 + 0.3025 = 0.65, / 4 = 0.1625, sqrt 0.403113;
+    t2 = 1.053113. Routed: none, none, single, multi: 0 + 0 + 1 + 4 = 5 steps over 4 questions, 1.25."""
+    t1, t2 = mean_rule(VALUES)
+    assert (t1, t2) == (pytest.approx(0.65), pytest.approx(1.053113, abs=1e-6))
+    assert [route(v, t1, t2) for v in VALUES] == ["none", "none", "single", "multi"]
+    steps = sum(STEPS[i][["none", "single", "multi"].index(route(v, t1, t2))] for i, v in enumerate(VALUES))
+    assert steps / len(VALUES) == 1.25  # above 1: the Step column Table III prints for its PE rows
+    # an undefined value is left out: mean 0.4, deviations 0.1 each way, t2 = 0.5
+    assert mean_rule([0.3, math.inf, 0.5]) == [pytest.approx(0.4), pytest.approx(0.5)]
+
+
+def test_the_mean_single_rule_never_routes_to_multi_step():
+    """The other reading (t1 = mean, no t2): at most one step per question, so Table III's 1.04 and
+    1.36 are out of its reach (routed here: none, none, single, single: 2 steps over 4 questions)."""
+    assert mean_single_rule(VALUES) == [pytest.approx(0.65), None]
+    assert mean_single_rule([0.3, math.inf, 0.5]) == [pytest.approx(0.4), None]
+    assert [route(v, 0.65, math.inf) for v in VALUES] == ["none", "none", "single", "single"]
 
 
 def test_a_value_on_a_cut_routes_to_the_cheaper_branch():

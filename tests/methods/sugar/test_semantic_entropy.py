@@ -97,3 +97,25 @@ def test_strict_and_lenient_equivalence():
     assert cluster(["Paris", "It is Paris"], contradicted, strict=False)[0] == [0, 1]
     assert not equivalent(NEUTRAL, NEUTRAL, strict=False)
     assert equivalent(ENTAILMENT, ENTAILMENT, strict=True)
+
+
+def test_the_judge_is_asked_once_per_distinct_pair_of_strings():
+    """Ten samples repeat strings; the judge (an NLI forward each) is asked once per distinct ordered
+    pair of strings, as Kuhn et al.'s code judges `unique_generated_texts` only
+    (code/get_semantic_similarities.py:67). By hand for Paris, Lyon, Lyon, Nice, Lyon (all neutral, strict):
+    Paris opens class 0 and asks (Paris, Lyon) once for three Lyons and (Paris, Nice); Lyon opens class 1,
+    its copies join without the judge, then (Lyon, Nice); Nice opens class 2. Three calls; asked by
+    sample positions, (Paris, Lyon) was asked three times and (Lyon, Nice) once: five."""
+    judge = Scripted({})
+    ids, calls = cluster(["Paris", "Lyon", "Lyon", "Nice", "Lyon"], judge)
+    assert ids == [0, 1, 1, 2, 1]
+    assert judge.calls == [("Paris", "Lyon"), ("Paris", "Nice"), ("Lyon", "Nice")] and calls == 3
+
+
+def test_a_placed_answer_stays_in_its_class():
+    """Farquhar et al.'s loop also tests answers already placed and moves them to a later class
+    (semantic_entropy.py:197-200): with X~Y, Y~Z and not X~Z it gives X, Y, Z the ids 0, 1, 1. Here Y
+    stays with X, the first class it joined: 0, 0, 1."""
+    pairs = {("X", "Y"), ("Y", "X"), ("Y", "Z"), ("Z", "Y")}
+    judge = Scripted({pair: ENTAILMENT for pair in pairs})
+    assert cluster(["X", "Y", "Z"], judge)[0] == [0, 0, 1]

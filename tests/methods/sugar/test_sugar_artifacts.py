@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -73,25 +74,62 @@ def test_cache_hits_come_from_the_runs_provenance():
     assert cache_hits({**provenance(), "call_cache": None}) is None
 
 
-def test_sugar_tables_have_time_rel_against_their_own_sr_rag_row(base, tmp_path):
+def test_sugar_tables_have_time_rel_against_sugars_own_single_step_branch(base, tmp_path):
+    """Time is relative to SUGAR's own single-step branch (`sugar-single-step`: `route: single`, its
+    one-shot prompt and budget, no sampling), not to `sr-rag`'s chain-of-thought prompt and budget; and a
+    row whose judge is not the NLI model says which judge it used."""
     params = parse_params(base)
     ablation = params.ablations["sugar-table1"]
-    assert ablation.time_baseline == "sugar-table1--sr-rag" and ablation.runs == [v.method for v in ablation.variants]
-    walls = {"wo-rag": 0.05, "sr-rag": 0.2, "ircot": 0.9, "sugar": 0.5}
+    assert ablation.time_baseline == "sugar-single-step"
+    assert ablation.runs == [v.method for v in ablation.variants] + ["sugar-single-step"]
+    assert params.method("sugar-single-step").settings["route"] == "single"
+    walls = {"wo-rag": 0.05, "sr-rag": 0.3, "ircot": 0.9, "sugar": 0.5, "sugar-single-step": 0.2}
     paths = []
     for variant in ablation.variants:
         method = variant.values["method"]
         score(tmp_path / f"{method}.json", ablation.datasets[0], variant.method, walls[method],
               hits=1 if method == "ircot" else 0)
         paths.append(tmp_path / f"{method}.json")
-    frame = ablation_frame(ablation, paths, params)
+    score(tmp_path / "single.json", ablation.datasets[0], "sugar-single-step", walls["sugar-single-step"])
+    frame = ablation_frame(ablation, [*paths, tmp_path / "single.json"], params)
     assert list(frame.columns)[:9] == ["dataset", "method", "em", "f1", "acc", "N_R", "S_eff", "time_rel", "Rc"]
     rel = dict(zip(frame["method"], frame["time_rel"]))
-    assert rel["sr-rag"] == 1.0 and rel["sugar"] == pytest.approx(2.5) and rel["wo-rag"] == pytest.approx(0.25)
+    assert set(rel) == {"wo-rag", "sr-rag", "ircot", "sugar (judge: match)"}
+    assert rel["sr-rag"] == pytest.approx(1.5) and rel["sugar (judge: match)"] == pytest.approx(2.5)
+    assert rel["wo-rag"] == pytest.approx(0.25)
     assert pd.isna(rel["ircot"])  # a cached run: empty
     written = write_ablation(ablation, frame, tmp_path / "out" / "sugar-table1")
     assert "time_rel" in written[1].read_text().splitlines()[0]
-    assert "| sugar" in written[0].read_text() and "–" in written[0].read_text()
+    markdown = written[0].read_text()
+    assert "| sugar (judge: match)" in markdown and "–" in markdown and "time baseline: sugar-single-step" in markdown
+
+
+def test_a_row_names_its_judge_also_when_the_method_is_not_varied(base, tmp_path):
+    """An ablation over one SUGAR configuration's setting gains a method column naming its judge."""
+    base["ablations"]["sugar-samples"] = {"datasets": ["demo-single-small"], "method": "sugar",
+                                          "vary": {"samples": [5, 10]}}
+    params = parse_params(base)
+    ablation = params.ablations["sugar-samples"]
+    paths = [tmp_path / f"{v.method}.json" for v in ablation.variants]
+    for variant, path in zip(ablation.variants, paths):
+        score(path, "demo-single-small", variant.method, 0.1)
+    frame = ablation_frame(ablation, paths, params)
+    assert list(frame.columns)[:3] == ["dataset", "method", "samples"]
+    assert list(frame["method"]) == ["sugar (judge: match)"] * 2
+    assert re.search(r"\| sugar \(judge: match\) +\| +5 \|", write_ablation(ablation, frame, tmp_path / "s")[0].read_text())
+
+
+def test_the_main_table_names_the_judge_of_a_sugar_row(base, tmp_path):
+    from adaptive_rag.reports.tables import collect_scores, score_tables
+
+    params = parse_params(base)
+    paths = [tmp_path / "w.json", tmp_path / "s.json"]
+    score(paths[0], "demo-single-small", "wo-rag", 0.1)
+    score(paths[1], "demo-single-small", "sugar", 0.1)
+    frame = collect_scores(paths, params)
+    quality, _ = score_tables(frame, params.report, params)
+    assert list(frame["method"]) == ["wo-rag", "sugar"]  # the CSV keeps the configuration's name
+    assert list(quality.cells.iloc[:, 1]) == ["wo-rag", "sugar (judge: match)"]
 
 
 def test_other_ablations_keep_their_columns(base):

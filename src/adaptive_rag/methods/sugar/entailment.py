@@ -8,11 +8,13 @@
   " neutral" and " contradiction" after Farquhar et al.'s entailment question. Needs only `score`, so it
   works on API models; a 135M judge is near chance, and tables say which judge they used.
 - `match`: SQuAD-normalised string equality (`match:contain` also lets a longer answer entail a shorter
-  one it contains). Exact and free for short factoid answers; it is string matching, not NLI.
+  one it contains: one way only, so it changes clusters under `strict: false` alone, and SUGAR refuses
+  it under `strict: true`). Exact and free for short factoid answers; it is string matching, not NLI.
 - `cosine:<encoder>:<threshold>`: bi-encoder cosine similarity >= threshold counts as entailment both
   ways. Similarity, not entailment, and named so; the bundled MiniLM makes it work offline.
 
-No NLI weights can be installed offline here, so `match` is the demo default; `nli:` stays the real path.
+`nli:microsoft/deberta-large-mnli` is SUGAR's default judge. No NLI weights can be installed offline
+here, so the demo and shared profiles name `match`, and every table row of such a run names its judge.
 """
 
 from __future__ import annotations

@@ -1,15 +1,21 @@
 """SUGAR's three-way routing and the two ways its thresholds are read off a calibration split.
 
 The paper "used cross-validation to determine the thresholds that yield the best performance in terms
-of effectiveness metrics" and prints none of them; its Table III ablation instead puts t1 at a
-dataset's average entropy with no multi-step branch. Both are here, on the per-question answers of
-all three branches:
+of effectiveness metrics" and prints none of them; its Table III ablation instead sets the thresholds
+from a dataset's average entropy. Table III's Step column (1.04 and 1.36 for the PE rows, averaged
+over TriviaQA and SQuAD) is above the single-step row's 1.00, which a no-retrieval/single-step split
+can never reach: those rows also routed to multi-step retrieval, so the average alone cannot have
+been both thresholds. Both rules are here, on the per-question answers of all three branches:
 
 - `search`: every (t1, t2) with t1 <= t2, each at a cut between observed values, scored by the mean
   Acc of the answers it would route to, and the number of retrievals they cost;
 - `best`: the highest Acc; ties go to the cheaper routing (fewer retrievals, then the larger t1 and t2,
   which send unseen values to the cheaper branch);
-- `mean_rule`: t1 = the mean of the signal, t2 = infinity.
+- `mean_rule`: t1 = the mean of the signal, t2 = the mean plus one (population) standard deviation:
+  the mean is the average the paper names, the spread puts the highly uncertain tail above t2 to
+  multi-step retrieval, as Table III's Step column requires;
+- `mean_single_rule`: t1 = the mean, t2 = infinity (no multi-step; the other reading, which cannot
+  give a Step above 1).
 
 Acc (0 or 1) and retrievals are whole numbers per question, so two routings with equal totals tie
 exactly and the tie rule, not rounding noise, decides.
@@ -83,11 +89,24 @@ def best(rows: list[dict]) -> list:
 
 
 def mean_rule(values: Sequence[float]) -> list:
-    """[mean of the signal, None]: the paper's Table III thresholds (no multi-step)."""
+    """[mean, mean + standard deviation] of the finite values: Table III's thresholds with multi-step."""
+    mean, spread = _mean_and_spread(values)
+    return [mean, mean + spread]
+
+
+def mean_single_rule(values: Sequence[float]) -> list:
+    """[mean of the finite values, None]: t1 at the average, no multi-step branch."""
+    return [_mean_and_spread(values)[0], None]
+
+
+def _mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population standard deviation of the finite values (an infinite value is a question
+    with no defined entropy, `sugar.Assessment`: it has no place in an average)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         raise ValueError("no finite calibration values to average")
-    return [sum(finite) / len(finite), None]
+    mean = sum(finite) / len(finite)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))
 
 
 def quantiles(values: Sequence[float]) -> dict[str, float]:

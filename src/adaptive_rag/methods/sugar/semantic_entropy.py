@@ -14,11 +14,22 @@ Three estimators, because the SUGAR paper names none and they put SE on differen
 Predictive entropy (the Table III ablation) is SeaKR's LN-entropy, −(1/M) Σ_i ℓ_i over the same samples:
 `uncertainty.ln_entropy` serves both papers.
 
-Clustering is greedy, as in both reference implementations: each answer not yet placed opens a class and
-every later unplaced answer equivalent to the class's first member joins it. Answers equal after SQuAD
-normalisation are equivalent without asking the judge, the judge is asked at most once per ordered pair,
-and the second direction only when the first leaves the answer open, so its cost (an NLI forward, or an
-LM scoring call) stays small.
+Clustering (`cluster`) follows Farquhar et al.'s `get_semantic_ids` (jlko/semantic_uncertainty,
+uncertainty_measures/semantic_entropy.py:169-205) in shape: each answer not yet placed opens a class,
+and every later answer equivalent to that class's first member joins it. It differs from both
+reference codes where they are not what the method describes:
+- an answer, once placed, stays: Farquhar's loop also tests answers already placed and moves them
+  to a later class they match (semantic_entropy.py:197-200), so an answer's class depends on which
+  later answer it met last;
+- Kuhn et al.'s code (lorenzkuhn/semantic_uncertainty, code/get_semantic_similarities.py:87-114)
+  compares every pair of distinct strings and lets each later string take the class of any earlier
+  one that neither contradicts (neutral both ways counts as the same meaning), so classes chain; here
+  `strict` (default, Farquhar's default `--strict_entailment`) needs entailment both ways, and
+  `strict: false` is Farquhar's lenient rule (no contradiction, not neutral both ways), not Kuhn's.
+Answers equal after SQuAD normalisation are equivalent without asking the judge; the judge is asked
+once per distinct ordered pair of strings within a question (Kuhn's code, too, judges distinct strings
+only), and the second direction only when the first leaves the answer open, so its cost (an NLI
+forward, or an LM scoring call) stays small.
 """
 
 from __future__ import annotations
@@ -51,15 +62,17 @@ def equivalent(forward: int, backward: int, strict: bool = True) -> bool:
 
 
 def cluster(answers: Sequence[str], implication: Implication, strict: bool = True) -> tuple[list[int], int]:
-    """(class id per answer, judge calls made). Class ids number classes in order of first appearance."""
+    """(class id per answer, judge calls made). Class ids number classes in order of first appearance;
+    the judge is asked once per distinct ordered pair of strings (ten samples often repeat a string)."""
     ids = [-1] * len(answers)
-    asked: dict[tuple[int, int], int] = {}
+    asked: dict[tuple[str, str], int] = {}
     normalised = [normalize_answer(a) for a in answers]
 
     def judge(a: int, b: int) -> int:
-        if (a, b) not in asked:
-            asked[(a, b)] = implication(answers[a], answers[b])
-        return asked[(a, b)]
+        pair = (answers[a], answers[b])
+        if pair not in asked:
+            asked[pair] = implication(*pair)
+        return asked[pair]
 
     next_id = 0
     for i in range(len(answers)):

@@ -6,8 +6,10 @@ Per batch:
 1. every question's no-retrieval prompt (`prompt_style: qa-oneshot`, the paper's one `Q: ... A: ...`
    demonstration; or `cot`, the project's chain of thought, clustering the extracted answer phrases)
    is sampled `samples` times in ONE seeded `sample_batch` call;
-2. each question's answers are clustered by bidirectional entailment (`judge`) and the semantic
-   entropy SE (`estimator`) and the predictive entropy PE of the same samples are computed;
+2. each question's answers are clustered by bidirectional entailment (`judge`, by default the NLI
+   model Kuhn et al. use, each answer after its question) and the semantic entropy SE (`estimator`)
+   and the predictive entropy PE of the same samples are computed; a question with an empty sample
+   has neither (both infinite: the most retrieving branch);
 3. the `signal` (SE, or PE for Table III's ablation) routes it: value <= t1 -> `none` (the greedy
    answer of the same prompt), t1 < value <= t2 -> `single` (retrieve once with the question),
    value > t2 -> `multi` (IRCoT: `fs-rag` with accumulated passages and the CoT prompt). A value on a
@@ -15,14 +17,18 @@ Per batch:
 4. each branch answers only its questions, in one batched call (IRCoT: one per step), and the answers
    are merged back in question order, charged with the sampling and judging they cost.
 
-Where the paper is silent (the spec's §1.4): the thresholds default to the two numbers it prints
-(0.4 and 0.9, Table III's per-dataset SE averages), because it never gives t2; the no-retrieval answer
-is the greedy one; the sampling call counts in Gc and its tokens in Tc, as SE is what makes SUGAR slow.
+Where the paper is silent (the spec's §1.4): the no-retrieval answer is the greedy one; the sampling
+call counts in Gc and its tokens in Tc, as SE is what makes SUGAR slow.
 
-`thresholds: calibrated | mean` reads them off a calibration split instead (the paper's unpublished
-"cross-validation", and its Table III rule), from the file the calibrate step writes: there every
-calibration question is sampled once, exactly as a run samples it, and answered by all three branches,
-so any (t1, t2) can be scored without running again (`sugar/routing.py`).
+Thresholds: the paper prints none for its main tables ("cross-validation"), so by default they are
+read off a calibration split (`thresholds: calibrated`, on `calibration_dataset`, by default
+`{dataset}-calib`); `mean` is its Table III rule (t1 the average, t2 the average plus one standard
+deviation), `mean-single` the same without multi-step, numbers `[t1, t2]` are taken as given. The
+calibrate step samples every calibration question once, exactly as a run samples it, and answers it
+with all three branches, so any (t1, t2) can be scored without running again (`sugar/routing.py`).
+
+`route: none | single | multi` answers every question by one branch, without sampling: SUGAR's own
+single-step branch (`route: single`) is what its Time column is relative to.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any, Sequence
 
 from ...errors import ConfigError, InputError
 from ...evaluation.answer import predicted
+from ...evaluation.metrics import normalize_answer
 from ...lm.base import SAMPLING, SCORING, SampleSet, SamplingParams
 from ...prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
 from ...settings import Section, show
@@ -42,13 +49,18 @@ from ..base import Answer, Method, count_sentences, step_record
 from ..fs_rag import FixedSentenceRetrieval
 from ..parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
 from .entailment import load_judge, parse_judge
-from .routing import BRANCHES, best, mean_rule, quantiles, route, search
+from .routing import BRANCHES, best, mean_rule, mean_single_rule, quantiles, route, search
 from .semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_entropy, sequence_loglik
 from ..registry import register
 
 SIGNALS = ("se", "pe")
-PAPER_THRESHOLDS = [0.4, 0.9]
-CALIBRATED = ("mean", "calibrated")
+# threshold rules read off a calibration file, and how each is computed from a signal's values there
+RULES = {"calibrated": None, "mean": mean_rule, "mean-single": mean_single_rule}
+CALIBRATED = tuple(RULES)
+DEFAULT_CALIBRATION = "{dataset}-calib"
+# the NLI model of Kuhn et al.'s code (code/get_semantic_similarities.py:42); offline runs name another judge
+DEFAULT_JUDGE = "nli:microsoft/deberta-large-mnli"
+ROUTES = ("entropy", *BRANCHES)  # entropy: the method; a branch: every question by that branch, no sampling
 # Settings a calibration file does not depend on: it records both signals and both threshold rules.
 NOT_CALIBRATED = frozenset({"signal", "thresholds", "calibration_dataset", "threshold_signal"})
 
@@ -65,6 +77,7 @@ class Assessment:
     pe: float
     judge_calls: int
     seconds: float  # clustering and both entropies
+    empty: int  # samples with no answer (nothing left after SQuAD normalisation)
 
 
 @register("sugar")
@@ -74,12 +87,27 @@ class Sugar(Method):
     what = "the question (once); IRCoT: the question, then each new sentence, passages accumulated"
     needs_retriever = True
     calibration_retrieves = True
+    uncalibrated = "thresholds: [t1, t2] (numbers)"
+    later_settings = {**Method.later_settings, "route": "entropy"}
 
     @classmethod
     def read_settings(cls, section: Section) -> dict[str, Any]:
+        fixed = section.str("route", "entropy", ROUTES)
         style = section.str("prompt_style", "qa-oneshot", PROMPT_STYLES)
+        # the samples' budget, and the direct answers' (a chain of thought needs the run's whole budget to
+        # reach its answer phrase)
+        tokens = section.int("max_sample_tokens", 32 if style == "qa-oneshot" else None, minimum=1,
+                             allow_none=True)
+        branches = {"prompt_style": style,
+                    "single": _read_branch(section, "single", {"top_k": 3}),
+                    "multi": _read_branch(section, "multi", {"top_k": 3, "max_steps": 8, "max_passages": 15}),
+                    "retriever": cls.read_retriever(section)}
+        if fixed != "entropy":  # one branch for every question: only the branches' settings count
+            return {"route": fixed, "max_sample_tokens": tokens, **branches}
         signal = section.str("signal", "se", SIGNALS)
+        judge = _read_judge(section)
         settings = {
+            "route": fixed,
             "signal": signal,
             "estimator": section.str("estimator", "rao", ESTIMATORS),
             "thresholds": _read_thresholds(section),
@@ -87,37 +115,47 @@ class Sugar(Method):
             "temperature": _read_temperature(section),
             "top_k": section.int("top_k", None, minimum=1, allow_none=True),
             "top_p": _read_top_p(section),
-            # a chain of thought needs the run's whole budget to reach its answer phrase
-            "max_sample_tokens": section.int("max_sample_tokens", 32 if style == "qa-oneshot" else None,
-                                             minimum=1, allow_none=True),
+            "max_sample_tokens": tokens,
             "seed": section.seed("seed", 42),
-            "judge": _read_judge(section),
-            "strict": section.bool("strict", True),
-            "condition_on_question": section.bool("condition_on_question", False),
-            "prompt_style": style,
-            "single": _read_branch(section, "single", {"top_k": 3}),
-            "multi": _read_branch(section, "multi", {"top_k": 3, "max_steps": 8, "max_passages": 15}),
-            "retriever": cls.read_retriever(section),
+            "judge": judge,
+            "strict": _read_strict(section, judge),
         }
+        if parse_judge(judge)[0] == "nli":
+            # both reference codes give the NLI model each answer after its question
+            settings["condition_on_question"] = section.bool("condition_on_question", True)
+        settings.update(branches)
         if settings["thresholds"] in CALIBRATED:
-            settings["calibration_dataset"] = section.str("calibration_dataset")
+            settings["calibration_dataset"] = section.str("calibration_dataset", DEFAULT_CALIBRATION)
             # Table III's "PE with SE's thresholds": route on one signal at the other's thresholds
             settings["threshold_signal"] = section.str("threshold_signal", signal, SIGNALS)
         return settings
 
     @classmethod
     def needs_for(cls, settings) -> set[str]:
-        """Samples and their log-probabilities only (an API gives both); the `lm` judge also scores."""
+        """Samples and their log-probabilities only (an API gives both); the `lm` judge also scores; a
+        fixed route samples nothing."""
+        if settings["route"] != "entropy":
+            return set()
         return {SAMPLING, SCORING} if parse_judge(settings["judge"])[0] == "lm" else {SAMPLING}
+
+    @classmethod
+    def row_note(cls, settings) -> str | None:
+        """What a table row must say of this run: the judge, unless it is the method's own NLI model (a
+        fixed route judges nothing)."""
+        if settings["route"] != "entropy" or settings["judge"] == DEFAULT_JUDGE:
+            return None
+        return f"judge: {settings['judge']}"
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
+        self.ircot = FixedSentenceRetrieval(ircot_settings(settings), context)
+        self._judge = None
+        if settings["route"] != "entropy":
+            return
         self.sampling = SamplingParams(n=settings["samples"], seed=settings["seed"],
                                        temperature=settings["temperature"], top_k=settings["top_k"],
                                        top_p=settings["top_p"])
         self.t1, self.t2, self.calibration_ids = self._thresholds()
-        self.ircot = FixedSentenceRetrieval(ircot_settings(settings), context)
-        self._judge = None
 
     def _thresholds(self) -> tuple[float, float, frozenset]:
         """(t1, t2, the calibration questions): given in params, or the calibration file's."""
@@ -134,7 +172,11 @@ class Sugar(Method):
                 key, (theirs, mine) = sorted(differ.items())[0]
                 raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {mine!r} (a "
                                  f"per_dataset preset?); calibrate with the settings the run uses")
-            t1, t2 = data["thresholds"][self.settings["threshold_signal"]][rule]
+            rules = data["thresholds"][self.settings["threshold_signal"]]
+            if set(rules) != set(RULES):
+                raise InputError(f"{path}: has threshold rules {sorted(rules)}, not {sorted(RULES)} (written "
+                                 f"before `mean` had a multi-step threshold); calibrate again")
+            t1, t2 = rules[rule]
             return float(t1), math.inf if t2 is None else float(t2), frozenset(data["ids"])
 
         return load_calibration(path, "SUGAR", read)
@@ -173,10 +215,13 @@ class Sugar(Method):
         return self._judge
 
     def implication(self, question: str):
-        """The judge as `cluster` asks it; `condition_on_question` puts the question before both answers
-        (Farquhar et al.'s NLI input), so a bare "1990" is judged as an answer to this question."""
+        """The judge as `cluster` asks it. An NLI judge sees each answer after its question
+        (`condition_on_question`, default true: Kuhn et al.'s code/get_semantic_similarities.py:93-94 and
+        Farquhar et al.'s compute_uncertainty_measures.py:229-230), so a bare "1990" is judged as an answer
+        to this question; the `lm` judge's prompt states the question already, and `match` and `cosine`
+        compare the answers themselves."""
         judge = self.judge
-        if self.settings["condition_on_question"]:
+        if self.settings.get("condition_on_question"):
             return lambda a, b: judge.implication(question, f"{question} {a}", f"{question} {b}")
         return lambda a, b: judge.implication(question, a, b)
 
@@ -190,15 +235,24 @@ class Sugar(Method):
         return sets, (time.perf_counter() - start) / max(1, len(questions))
 
     def assess(self, question: str, sample_set: SampleSet) -> Assessment:
+        """Clusters, SE and PE of one question's samples. A sample with no answer leaves both undefined
+        (the reference codes assert that no sample is empty: Farquhar et al.'s
+        compute_uncertainty_measures.py:221-222): nine empty samples and one answer are not a certain
+        model, yet SE over the answers would be 0 while PE is infinite. Such a question gets SE = PE =
+        infinity, so every rule sends it to the most retrieving branch, and no judge is asked."""
         start = time.perf_counter()
         samples = sample_set.samples
         answers = [self.answer_phrase(c.text) for c in samples]
         loglik = [sequence_loglik(c.logprobs) for c in samples]
+        empty = sum(not normalize_answer(a) for a in answers)
+        if empty:
+            return Assessment([c.text for c in samples], answers, loglik, [], math.inf, math.inf, 0,
+                              time.perf_counter() - start, empty)
         ids, calls = cluster(answers, self.implication(question), self.settings["strict"])
         se = semantic_entropy(ids, loglik, self.settings["estimator"])
         pe = predictive_entropy([c.logprobs for c in samples])
         return Assessment([c.text for c in samples], answers, loglik, ids, se, pe, calls,
-                          time.perf_counter() - start)
+                          time.perf_counter() - start, 0)
 
     # ---- the branches -------------------------------------------------------------------------
 
@@ -249,9 +303,12 @@ class Sugar(Method):
         return self.answer_bare, self.answer_once, self.answer_ircot
 
     def answer_batch(self, examples) -> list[Answer]:
+        if self.settings["route"] != "entropy":
+            return self.branches[BRANCHES.index(self.settings["route"])](examples)
         if self.calibration_ids:
             refuse_calibration_questions(examples, self.calibration_ids, self.settings["calibration_dataset"])
         questions = [e.question for e in examples]
+        self.judge  # noqa: B018  (loaded before any timing starts: Time measures the method, not the load)
         sets, share = self.sample(questions)
         assessed = [self.assess(q, s) for q, s in zip(questions, sets)]
         values = [a.se if self.settings["signal"] == "se" else a.pe for a in assessed]
@@ -282,6 +339,7 @@ class Sugar(Method):
         if not self.direct:
             record["answers"] = a.answers
         return {**record, "loglik": [_rounded(x) for x in a.loglik], "clusters": a.clusters,
+                "empty_samples": a.empty,
                 "estimator": self.settings["estimator"], "se": _rounded(a.se), "pe": _rounded(a.pe),
                 "judge": self.judge.name, "judge_calls": a.judge_calls, "signal": self.settings["signal"],
                 "value": _rounded(value), "thresholds": [self.t1, _finite(self.t2)], **self.threshold_rule,
@@ -298,13 +356,16 @@ class Sugar(Method):
     # ---- calibration (`adaptive-rag calibrate`) -----------------------------------------------
 
     @classmethod
-    def calibration_settings(cls, settings) -> dict[str, Any]:
+    def calibration_settings(cls, settings) -> dict[str, Any] | None:
+        if settings["route"] != "entropy":
+            return None  # a fixed route has no thresholds
         return {**settings, "thresholds": [0.0, None]}
 
     def calibrate_batch(self, examples) -> list[dict]:
         """Each question sampled once as a run samples it, then answered by all three branches (each
         branch one batched call for the whole batch, IRCoT one per step), every answer scored."""
         questions = [e.question for e in examples]
+        self.judge  # noqa: B018  (loaded before sampling, as a run loads it)
         sets, _ = self.sample(questions)
         assessed = [self.assess(q, s) for q, s in zip(questions, sets)]
         answers = [run(examples) for run in self.branches]
@@ -325,13 +386,15 @@ class Sugar(Method):
         for signal in SIGNALS:
             values = [math.inf if row[signal] is None else row[signal] for row in rows]
             record["grid"][signal] = search(values, acc, steps)
-            record["thresholds"][signal] = {"calibrated": best(record["grid"][signal]), "mean": mean_rule(values)}
+            record["thresholds"][signal] = {rule: best(record["grid"][signal]) if rule_of is None else rule_of(values)
+                                            for rule, rule_of in RULES.items()}
             record["quantiles"][signal] = quantiles(values)
             record[f"mean_{signal}"] = record["thresholds"][signal]["mean"][0]
-        record["note"] = ("value <= t1: no retrieval; <= t2: single-step; above: IRCoT (t2 null: never). calibrated: "
-                          "the (t1, t2) of highest mean Acc of the routed answers, ties to fewer retrievals; mean: "
-                          "t1 = the mean of the signal, no multi-step (the paper's Table III). branches: each "
-                          "branch's scores had every question gone there")
+        record["note"] = ("value <= t1: no retrieval; <= t2: single-step; above: IRCoT (t2 null: never); a null value "
+                          "(an empty sample) is above every threshold. calibrated: the (t1, t2) of highest mean Acc "
+                          "of the routed answers, ties to fewer retrievals; mean: t1 = the mean of the signal, t2 = "
+                          "the mean plus one standard deviation (the paper's Table III); mean-single: t1 = the mean, "
+                          "no multi-step. branches: each branch's scores had every question gone there")
         return record
 
 
@@ -368,10 +431,10 @@ def _number(value) -> bool:
 
 
 def _read_thresholds(section: Section) -> list | str:
-    """[t1, t2] with t1 <= t2; one number t is [t, inf] (the paper's single-hop ablation: no multi-step);
-    or a rule (`mean`, `calibrated`) read off the calibration file. An infinite t2 is stored as null, so
-    settings and traces stay plain JSON."""
-    value = section.raw("thresholds", list(PAPER_THRESHOLDS))
+    """A rule (`calibrated`, the default: the paper cross-validated its thresholds and printed none;
+    `mean`, `mean-single`) read off the calibration file; or [t1, t2] with t1 <= t2, one number t being
+    [t, inf] (no multi-step). An infinite t2 is stored as null, so settings and traces stay plain JSON."""
+    value = section.raw("thresholds", "calibrated")
     if isinstance(value, str) and value in CALIBRATED:
         return value  # read off the calibration split (`calibration_dataset`) when the method is built
     pair = [value, None] if _number(value) else value
@@ -407,12 +470,24 @@ def _read_top_p(section: Section) -> float | None:
 
 
 def _read_judge(section: Section) -> str:
-    spec = section.str("judge", "match")
+    spec = section.str("judge", DEFAULT_JUDGE)
     try:
         parse_judge(spec)
     except ConfigError as exc:
         raise section.fail("judge", str(exc)) from None
     return spec
+
+
+def _read_strict(section: Section, judge: str) -> bool:
+    """`strict` needs entailment both ways. `match:contain` lets the longer answer entail the shorter
+    one only, so under `strict: true` it clusters exactly as `match`: refused there, not run as
+    something it is not."""
+    strict = section.bool("strict", True)
+    if strict and judge == "match:contain":
+        raise section.fail("judge", "match:contain clusters exactly as match under strict: true (containment "
+                                    "holds one way, strict needs both); set strict: false to merge an answer "
+                                    "with one it contains, or judge: match")
+    return strict
 
 
 def _read_branch(section: Section, name: str, defaults: dict[str, int]) -> dict[str, int]:
