@@ -66,6 +66,25 @@ def build_tiny_llama(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
+def build_tiny_self_rag(directory: Path, seed: int = 0) -> Path:
+    """The tiny Llama with Self-RAG's reflection tokens added as special tokens and its embeddings resized,
+    as the reference's `finetune.py` does to Llama 2 (the weights of the new rows are random)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from adaptive_rag.methods.self_rag import REFLECTION_TOKENS
+
+    build_tiny_llama(directory, seed)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"additional_special_tokens": [*REFLECTION_TOKENS, "[Continue to Use Evidence]"]})
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM.from_pretrained(directory)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
 def build_tiny_t5(directory: Path, seed: int = 0) -> Path:
     """A randomly initialised T5 (the FLAN-T5 architecture) with the tiny BPE; `</s>` ends the encoder's
     input as a T5 tokenizer writes it, `<pad>` starts the decoder."""
@@ -93,6 +112,11 @@ def build_tiny_t5(directory: Path, seed: int = 0) -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny_self_rag_dir(tmp_path_factory) -> Path:
+    return build_tiny_self_rag(tmp_path_factory.mktemp("tiny-self-rag"))
 
 
 @pytest.fixture(scope="session")

@@ -154,10 +154,11 @@ def test_a_prompt_repeated_in_a_batch_is_generated_once(lm, tmp_path, monkeypatc
 
 
 def test_white_box_arrays_round_trip_bit_identically(lm, tmp_path, monkeypatch):
-    extras = Extras(entropy=True, attention_layer=-1, hidden_layer=1)
+    extras = Extras(entropy=True, attention_layer=-1, hidden_layer=1, watch_ids=(0, 5, 7))
     cached = CachedModel(lm, tmp_path / "calls.sqlite")
     first = cached.generate(PROMPTS[:3], 5, extras=extras)
     assert all(c.attentions and c.hidden is not None and c.entropies for c in first)
+    assert all(len(c.watched) == len(c.tokens) and len(c.watched[0]) == 3 for c in first)
     assert len({len(row) for row in first[0].attentions}) > 1  # ragged rows, one per generated token
     forbid_calls(monkeypatch, lm)
     assert same(CachedModel(lm, tmp_path / "calls.sqlite").generate(PROMPTS[:3], 5, extras=extras), first)
@@ -172,10 +173,12 @@ def test_keys_separate_everything_that_changes_a_result(lm, tmp_path, monkeypatc
     cached.generate([prompt], 4)
     for kwargs in ({"max_new_tokens": 5}, {"max_new_tokens": 4, "stop": ["."]},
                    {"max_new_tokens": 4, "extras": Extras(entropy=True)},
-                   {"max_new_tokens": 4, "extras": Extras(hidden_layer=0)}):
+                   {"max_new_tokens": 4, "extras": Extras(hidden_layer=0)},
+                   {"max_new_tokens": 4, "extras": Extras(watch_ids=(1,))},
+                   {"max_new_tokens": 4, "extras": Extras(watch_ids=(2,))}):
         cached.generate([prompt], **kwargs)
     cached.generate([prompt.with_prefix(" It")], 4)
-    assert cached.stats()["generate"] == {"hits": 0, "misses": 6}
+    assert cached.stats()["generate"] == {"hits": 0, "misses": 8}
     cached.generate([prompt], 4)
     assert cached.stats()["generate"]["hits"] == 1
 
@@ -194,7 +197,7 @@ def test_keys_separate_everything_that_changes_a_result(lm, tmp_path, monkeypatc
     other = CachedModel(lm, cached.cache)
     calls = record_generate(monkeypatch, lm)
     other.generate([prompt], 4)
-    assert len(calls) == 1 and cached.stats()["generate"] == {"hits": 1, "misses": 7}
+    assert len(calls) == 1 and cached.stats()["generate"] == {"hits": 1, "misses": 9}
 
 
 def test_call_key_is_canonical():

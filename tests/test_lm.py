@@ -235,3 +235,40 @@ def test_the_dragin_reference_set_up_runs_through_the_white_box_model(lm, monkey
                for _, _, texts in generated for text in texts)
     assert reencoded and all(ids for ids in reencoded)  # one pass over each judged look-ahead's tokens
     assert answer.llm_calls == len(generated)
+
+
+@pytest.mark.parametrize("attention", ["fast", "eager"])
+def test_watched_tokens_get_the_full_distributions_log_probabilities_at_every_position(tiny_model_dir, attention):
+    """`Extras.watch_ids` over the whole vocabulary: each position's row is a distribution whose argmax is
+    the greedy token and whose entry for it is that token's log-probability."""
+    from adaptive_rag.lm.base import Prompt
+
+    model = HFModel(tiny_model_dir, batch_size=4, attention=attention)
+    vocab = model.model.config.vocab_size
+    prompts = [Prompt(text=q) for q in QUESTIONS[:3]]
+    plain = model.generate(prompts, 5)
+    watched = model.generate(prompts, 5, extras=Extras(watch_ids=tuple(range(vocab))))
+    for p, w in zip(plain, watched):
+        assert p.watched is None and w.token_ids == p.token_ids
+        rows = np.array(w.watched)
+        assert rows.shape == (len(w.token_ids), vocab)
+        np.testing.assert_allclose(np.exp(rows).sum(axis=1), 1.0, atol=1e-5)
+        assert list(rows.argmax(axis=1)) == w.token_ids
+        np.testing.assert_allclose(rows[np.arange(len(rows)), w.token_ids], w.logprobs, atol=1e-6)
+
+
+def test_a_watched_continuation_keeps_special_tokens_after_its_text(tiny_self_rag_dir):
+    """Self-RAG's critique tokens follow the answer and write no text: a call that watches token ids keeps
+    them (their positions are what it reads); a call that does not keeps its tokens as before."""
+    from adaptive_rag.lm.rows import Chosen, RowState
+
+    model = HFModel(tiny_self_rag_dir, batch_size=1)
+    word = model.tokenizer(" river", add_special_tokens=False)["input_ids"]
+    special = model.tokenizer.convert_tokens_to_ids(["[Fully supported]", "[Utility:5]"])
+    state = RowState(4)
+    for token in [*word, *special]:
+        state.take(Chosen([token], [-0.5], None, None, [[-1.0, -2.0]]), 0, model, (), 10, False, ())
+    watched = state.result(model, (), Extras(watch_ids=tuple(special)))
+    assert watched.text == " river" and watched.token_ids == [*word, *special]
+    assert watched.watched == [[-1.0, -2.0]] * len(watched.token_ids)
+    assert state.result(model, (), Extras()).token_ids == word

@@ -71,6 +71,10 @@ class Extras:
     final_layers: tuple[int, ...] = ()
     final_source: str = "mlp"  # mlp: the layer's MLP output before the residual add (reference code) | residual
     logsumexp: bool = False  # logsumexp of the raw logits at each generated token (the Energy score)
+    # Log-probabilities of these token ids at every generated position, whatever token was chosen there
+    # (Self-RAG reads its reflection tokens' probabilities where the model writes them). Tokens that write
+    # no text (special tokens) after the last text are kept in a continuation that asks for these.
+    watch_ids: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.final_source not in FINAL_SOURCES:
@@ -80,6 +84,8 @@ class Extras:
             raise ValueError("final_layers cannot be combined with per-token attention or hidden states")
         if any(not isinstance(layer, int) or layer < 1 for layer in self.final_layers):
             raise ValueError(f"final_layers are 1-based layer numbers; got {self.final_layers!r}")
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in self.watch_ids):
+            raise ValueError(f"watch_ids are token ids (integers >= 0); got {self.watch_ids!r}")
 
     def needs(self) -> set[str]:
         needs = set()
@@ -89,7 +95,7 @@ class Extras:
             needs.add(ATTENTIONS)
         if self.hidden_layer is not None or self.final_layers:
             needs.add(HIDDEN_STATES)
-        if self.logsumexp:
+        if self.logsumexp or self.watch_ids:
             needs.add(LOGITS)
         return needs
 
@@ -104,7 +110,7 @@ class Extras:
 
 
 FINAL_SOURCES = ("mlp", "residual")
-_LATER_FIELDS = {"final_layers": (), "final_source": "mlp", "logsumexp": False}
+_LATER_FIELDS = {"final_layers": (), "final_source": "mlp", "logsumexp": False, "watch_ids": ()}
 NO_EXTRAS = Extras()
 
 
@@ -131,6 +137,8 @@ class Continuation:
     meta: dict = field(default_factory=dict)
     final_hidden: np.ndarray | None = None  # [len(Extras.final_layers), hidden size]: the state at the final EOS
     logsumexp: list[float] | None = None  # logsumexp of the raw logits at each generated token
+    # watched[i][j]: log-probability of Extras.watch_ids[j] at generated position i
+    watched: list[list[float]] | None = None
 
 
 @dataclass

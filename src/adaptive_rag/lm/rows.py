@@ -23,11 +23,13 @@ class Chosen:
     logprobs: list[float]
     entropies: list[float] | None
     logsumexp: list[float] | None
+    watched: list[list[float]] | None = None
 
 
 def choose(logits, extras: Extras, generators=None, params: SamplingParams | None = None) -> Chosen:
     """Greedy (argmax) or seeded sampling over [rows, vocab] logits; log-probability of each chosen token,
-    and on request each distribution's entropy and the raw logits' logsumexp."""
+    and on request each distribution's entropy, the raw logits' logsumexp and the log-probabilities of
+    the watched token ids."""
     import torch
 
     logits = logits.float()
@@ -38,13 +40,17 @@ def choose(logits, extras: Extras, generators=None, params: SamplingParams | Non
         columns.append(-(logprobs.exp() * logprobs).sum(-1))
     if extras.logsumexp:
         columns.append(torch.logsumexp(logits, dim=-1))
+    if extras.watch_ids:
+        columns.extend(logprobs[:, list(extras.watch_ids)].unbind(-1))
     # One transfer to the host per step (a GPU would otherwise wait once per list); token ids are exact in
     # float64, and the float32 values convert to float64 exactly.
     table = torch.stack([chosen.double(), *(c.double() for c in columns)], dim=1).cpu().tolist()
     values = list(zip(*table)) if table else [()] * (1 + len(columns))
     rest = iter(values[2:])
-    return Chosen([int(t) for t in values[0]], list(values[1]), list(next(rest)) if extras.entropy else None,
-                  list(next(rest)) if extras.logsumexp else None)
+    entropies = list(next(rest)) if extras.entropy else None
+    logsumexp = list(next(rest)) if extras.logsumexp else None
+    watched = [list(row) for row in zip(*rest)] if extras.watch_ids else None
+    return Chosen([int(t) for t in values[0]], list(values[1]), entropies, logsumexp, watched)
 
 
 def sample_rows(logits, generators, params: SamplingParams):
@@ -79,6 +85,7 @@ class RowState:
         self.attentions: list[np.ndarray] = []
         self.hidden: list[np.ndarray] = []
         self.logsumexp: list[float] = []
+        self.watched: list[list[float]] = []
         self.final: np.ndarray | None = None
         self.finish: str | None = None
 
@@ -100,6 +107,8 @@ class RowState:
             self.entropies.append(chosen.entropies[i])
         if chosen.logsumexp is not None:
             self.logsumexp.append(chosen.logsumexp[i])
+        if chosen.watched is not None:
+            self.watched.append(chosen.watched[i])
         if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)[1]:
             self.finish = "stop"
         elif len(self.ids) >= max_new_tokens:
@@ -117,7 +126,7 @@ class RowState:
         while keep < len(texts) and length < len(text):
             length += len(texts[keep])
             keep += 1
-        if not text:
+        if not text or (extras.watch_ids and self.finish != "stop"):
             keep = 0 if self.finish == "stop" else len(texts)
         return Continuation(
             text=text, tokens=texts[:keep], logprobs=self.logprobs[:keep], finish_reason=self.finish or "length",
@@ -129,4 +138,5 @@ class RowState:
             if extras.hidden_layer is not None else None,
             final_hidden=self.final if extras.final_layers else None,
             logsumexp=self.logsumexp[:keep] if extras.logsumexp else None,
+            watched=self.watched[:keep] if extras.watch_ids else None,
         )
