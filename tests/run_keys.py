@@ -19,6 +19,7 @@ only SeaKR runs' keys moved.
 The SUGAR runs' keys of demo, shared and sugar were refreshed when SUGAR's settings changed what its runs
 compute (`condition_on_question` only for NLI judges, the `mean` rule's multi-step t2, empty samples);
 every other run kept its key.
+`self-rag.json` was written when the `self-rag` profile was added; every other profile's keys were the same.
 """
 
 from __future__ import annotations

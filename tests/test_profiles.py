@@ -1,4 +1,4 @@
-"""The params profiles (demo, shared, paper, scaar, seakr, sugar, dior): each is valid and plans the DAG it promises."""
+"""The params profiles (demo, shared, paper, scaar, seakr, sugar, dior, self-rag): each is valid and plans the DAG it promises."""
 
 import hashlib
 import http.server
@@ -17,7 +17,7 @@ from adaptive_rag.prompts.fewshot import resolve_exemplars
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
-@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar", "dior"])
+@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar", "dior", "self-rag"])
 def test_profiles_are_valid(name):
     load_params(REPO / "params" / f"{name}.yaml")
 
@@ -36,7 +36,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     assert "dvc.yaml: 53 stages written from params.yaml" in installed.stdout  # the stages follow the profile
     check_current(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
-    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, dior, paper, scaar, seakr, shared, sugar" in result.stderr
+    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, dior, paper, scaar, seakr, self-rag, shared, sugar" in result.stderr
 
 
 @pytest.mark.slow  # a Snakemake dry run
@@ -47,6 +47,24 @@ def test_paper_profile_plans_downloads_for_every_input(tmp_path):
     downloads = {rule: n for rule, n in jobs.items() if rule.startswith("download_")}
     assert len(downloads) == 8 and set(downloads.values()) == {1}
     assert jobs["split"] == 7 and jobs["generate"] == 42 and jobs["index"] == 1
+
+
+def test_self_rag_profile_runs_the_self_rag_model_on_the_comparisons_questions():
+    """Self-RAG's own model (a params file has one), the reference's README settings, and the very question
+    samples of the seakr (and dior) and sugar profiles, so its rows sit beside theirs."""
+    p = load_params(REPO / "params" / "self-rag.yaml")
+    assert (p.model.source, p.model.backend, p.experiment_methods) == ("selfrag/selfrag_llama2_7b", "hf", ["self-rag"])
+    assert p.method("self-rag").settings == {
+        "mode": "adaptive", "threshold": 0.2, "retrieve_rule": "probability", "top_k": 3, "w_rel": 1.0,
+        "w_sup": 1.0, "w_use": 0.5, "use_seqscore": True, "max_new_tokens": 100, "retriever": None}
+    seakr, sugar = load_params(REPO / "params" / "seakr.yaml"), load_params(REPO / "params" / "sugar.yaml")
+    for name in seakr.experiment_datasets:
+        assert p.dataset(name).sample == seakr.dataset(name).sample and p.dataset(name).path == seakr.dataset(name).path
+    for name in sugar.experiment_datasets:
+        assert p.dataset(f"{name}-sugar").sample == sugar.dataset(name).sample
+        assert p.dataset(f"{name}-sugar").path == sugar.dataset(name).path
+    assert p.experiment_datasets == seakr.experiment_datasets + [f"{n}-sugar" for n in sugar.experiment_datasets]
+    assert p.corpus == seakr.corpus and p.retrieval.type == "bm25"
 
 
 SEAKR_COMPLEX, SEAKR_SIMPLE = ["2wikimultihopqa", "hotpotqa", "iirc"], ["nq", "triviaqa", "squad"]

@@ -28,7 +28,7 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
     for package in packages:
         assert {registry.method_class(name).__module__ for name in by_module[package]} == \
             {f"adaptive_rag.methods.{package}.{package}"}
-    assert types == ["dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "sr-rag", "sugar",
+    assert types == ["dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "self-rag", "sr-rag", "sugar",
                      "weighted-threshold", "wo-rag"]
 
 
