@@ -77,13 +77,12 @@ def local(tiny_llama_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def on_cluster(cluster, tiny_llama_dir, tmp_path_factory):
-    """The pipeline submitted through the profile: (workflow root, Snakemake's output, seconds)."""
+    """The pipeline submitted through the profile: (workflow root, Snakemake's output); prints its time."""
     root = tiny_demo(tmp_path_factory.mktemp("cluster"), tiny_llama_dir)
     start = time.perf_counter()
     result = run(slurm_command(*TARGETS), root, env=cluster.env)
-    seconds = time.perf_counter() - start
-    print(f"demo-small pipeline (8 jobs) through SLURM in {seconds:.1f} s")
-    return root, result.stdout + result.stderr, seconds
+    print(f"demo-small pipeline (8 jobs) through SLURM in {time.perf_counter() - start:.1f} s")
+    return root, result.stdout + result.stderr
 
 
 def without_wall_times(value):
@@ -115,7 +114,7 @@ def rule_of(record: dict[str, str]) -> str:
 
 def test_every_rule_is_an_sbatch_job_with_its_resources_and_the_results_equal_a_local_run(cluster, on_cluster,
                                                                                          local):
-    root, out, _ = on_cluster
+    root, out = on_cluster
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
     records = cluster.accounting(*submitted)
     assert len(submitted) == len(records) == 8
@@ -132,7 +131,7 @@ def test_every_rule_is_an_sbatch_job_with_its_resources_and_the_results_equal_a_
 
 
 def test_a_cancelled_generate_job_fails_the_run_and_the_rerun_resumes_it(cluster, on_cluster, local):
-    root, _, _ = on_cluster
+    root, _ = on_cluster
     run_dir = root / "data/runs/demo-small/wo-rag"
     for path in [*run_dir.iterdir(), root / TARGETS[0]]:
         path.unlink()
@@ -169,7 +168,7 @@ def test_a_cancelled_generate_job_fails_the_run_and_the_rerun_resumes_it(cluster
 
 
 def test_a_job_over_its_memory_request_is_killed_and_the_messages_name_the_rule_and_the_limit(cluster, on_cluster):
-    root, _, _ = on_cluster
+    root, _ = on_cluster
     run_dir = root / "data/runs/demo-small/sr-rag"
     for path in run_dir.iterdir():
         path.unlink()
