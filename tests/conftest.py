@@ -195,6 +195,44 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
+def tiny_params(model_source):
+    """An edit of params.yaml (for `edit_params`) that runs the demo on the tiny model: `model_source` as
+    `model.source`, 6 new tokens, one thread, no call cache (a rerun recomputes), 4 questions per demo
+    dataset, no detectors (their targets and DVC stages have their own test, tests/methods/dior/test_detector_data.py)."""
+    def edit(data):
+        data.pop("detectors")
+        data["model"].update(name="tiny", source=str(model_source))
+        data["generation"].update(max_new_tokens=6, threads=1, cache=None)
+        data["datasets"]["demo"]["sample"]["size"] = 4
+        data["datasets"]["demo-single"]["sample"]["size"] = 4
+    return edit
+
+
+# A cheap ablation on the experiment's own dataset: one sr-rag variant against the experiment's wo-rag run,
+# so its DVC stage depends on stages of the main experiment (and its variant's run belongs to no stage).
+CHEAP_ABLATION = {"sr-topk": {"datasets": ["demo"], "method": "sr-rag", "vary": {"top_k": [1]}, "baseline": "wo-rag"}}
+CLI = [sys.executable, "-m", "adaptive_rag"]
+GIT_COMMIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q"]
+
+
+def dvc_repository(root, tiny_llama_dir):
+    """A scratch copy with the tiny params and the cheap ablation, its dvc.yaml written for them, as a git
+    and DVC repository (with src/: the stages depend on the package code)."""
+    copy_workflow(root)
+
+    def edit(data):
+        tiny_params(tiny_llama_dir)(data)
+        data["ablations"] = CHEAP_ABLATION
+    edit_params(root, edit)
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    run([*CLI, "dvc-yaml"], root)
+    run(["git", "init", "-q"], root)
+    run(["dvc", "init", "-q"], root)
+    run(["dvc", "config", "core.analytics", "false"], root)
+    return root
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -204,8 +242,10 @@ def read_jsonl(path: Path) -> list[dict]:
 BIN = Path(sys.executable).parent
 
 
-def run(args, cwd, check=True, timeout=900):
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+def run(args, cwd, check=True, timeout=900, env=None):
+    """`args` in `cwd` with this venv's bin first on PATH, in `env` (default: this process's environment)."""
+    env = env or os.environ
+    env = {**env, "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}"}
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, args))} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"

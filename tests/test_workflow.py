@@ -13,20 +13,11 @@ import pytest
 import yaml
 
 from conftest import (REFUSED_PARAMS, REPO, assert_report_shows_every_output, build_html_report, copy_workflow,
-                      edit_params, planned_jobs, read_jsonl, run, snakemake)
+                      edit_params, planned_jobs, read_jsonl, run, snakemake, tiny_params)
+from conftest import CLI, GIT_COMMIT, dvc_repository
 
 # Every test here runs Snakemake, the `adaptive_rag` CLI or DVC in subprocesses.
 pytestmark = pytest.mark.slow
-
-
-def tiny_params(model_source):
-    def edit(data):
-        data.pop("detectors")  # their targets and DVC stages have their own test (tests/methods/dior/test_detector_data.py)
-        data["model"].update(name="tiny", source=str(model_source))
-        data["generation"].update(max_new_tokens=6, threads=1, cache=None)  # reruns must recompute
-        data["datasets"]["demo"]["sample"]["size"] = 4
-        data["datasets"]["demo-single"]["sample"]["size"] = 4
-    return edit
 
 
 def test_dry_run_plans_the_full_dag(tmp_path):
@@ -66,31 +57,6 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == "error: dataset file not found: data/demo/hotpot_demo.json"
-
-
-# A cheap ablation on the experiment's own dataset: one sr-rag variant against the experiment's wo-rag run,
-# so its DVC stage depends on stages of the main experiment (and its variant's run belongs to no stage).
-CHEAP_ABLATION = {"sr-topk": {"datasets": ["demo"], "method": "sr-rag", "vary": {"top_k": [1]}, "baseline": "wo-rag"}}
-CLI = [sys.executable, "-m", "adaptive_rag"]
-GIT_COMMIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.org", "commit", "-q"]
-
-
-def dvc_repository(root, tiny_llama_dir):
-    """A scratch copy with the tiny params and the cheap ablation, its dvc.yaml written for them, as a git
-    and DVC repository (with src/: the stages depend on the package code)."""
-    copy_workflow(root)
-
-    def edit(data):
-        tiny_params(tiny_llama_dir)(data)
-        data["ablations"] = CHEAP_ABLATION
-    edit_params(root, edit)
-    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copy(REPO / ".gitignore", root / ".gitignore")
-    run([*CLI, "dvc-yaml"], root)
-    run(["git", "init", "-q"], root)
-    run(["dvc", "init", "-q"], root)
-    run(["dvc", "config", "core.analytics", "false"], root)
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +279,8 @@ def test_a_killed_snakemake_reruns_after_unlock_and_resumes_to_the_same_result(t
     assert (root / target).read_bytes() == (roots["straight"] / target).read_bytes()
     record = json.loads((root / "data/runs/demo/wo-rag/provenance.json").read_text())
     assert record["resumed_batches"] == finished
+    log = (root / "logs/generate/demo/wo-rag.log").read_text()  # the step's last line says so too
+    assert "4 questions in " in log and f", {finished} of 4 batches resumed from the progress log -> " in log
 
 
 def test_seakr_calibrates_on_its_own_split_and_its_ablation_variants_share_the_cache(tiny_llama_dir, tmp_path):

@@ -229,8 +229,12 @@ def cmd_generate(args) -> None:
                             Path(args.index) if args.index else None, Path(args.out_dir),
                             progress_fd=args.progress_fd)
     if record is not None:  # Accelerate: only the main process merges and reports
+        # A job on a cluster node has no terminal: its log is where a resumed run shows it resumed.
+        batches = -(-record["questions"] // params.generation.chunk_size)
+        resumed = (f", {record['resumed_batches']} of {batches} batches resumed from the progress log"
+                   if record["resumed_batches"] else "")
         print(f"generate {args.dataset}/{args.method}: {record['questions']} questions in "
-              f"{record['wall_time_s']} s -> {args.out_dir}")
+              f"{record['wall_time_s']} s{resumed} -> {args.out_dir}")
 
 
 def cmd_ask(args) -> None:
