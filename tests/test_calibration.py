@@ -23,13 +23,13 @@ def base():
 
 
 def test_the_step_serves_every_type_that_has_a_calibration_hook():
-    assert calibrating_types() == ["seakr", "sugar"]
+    assert calibrating_types() == ["adaptive-retrieval", "seakr", "sugar"]
 
 
 def test_a_type_without_a_threshold_is_refused_before_anything_loads(base):
     params = parse_params(base)
     with pytest.raises(InputError, match=r"methods.sr-rag: type 'sr-rag' has no threshold to calibrate "
-                                         r"\(types that have one: seakr, sugar\)"):
+                                         r"\(types that have one: adaptive-retrieval, seakr, sugar\)"):
         build(params, "demo-calib", "sr-rag", Path("no-split.jsonl"), None)
 
 

@@ -28,8 +28,8 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
     for package in packages:
         assert {registry.method_class(name).__module__ for name in by_module[package]} == \
             {f"adaptive_rag.methods.{package}.{package}"}
-    assert types == ["dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "self-rag", "sr-rag", "sugar",
-                     "weighted-threshold", "wo-rag"]
+    assert types == ["adaptive-retrieval", "dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "self-rag",
+                     "sr-rag", "sugar", "weighted-threshold", "wo-rag"]
 
 
 def test_a_method_package_without_its_method_module_is_refused(tmp_path, monkeypatch):
@@ -79,7 +79,8 @@ def test_unknown_type_names_the_key_and_lists_the_types():
     with pytest.raises(ConfigError) as info:
         registry.validate_settings("flair", Section({}, "methods.mine", "params.yaml"))
     message = str(info.value)
-    assert message.startswith("params.yaml: methods.mine: unknown method type 'flair'; available: dior, dragin, fl-rag")
+    assert message.startswith("params.yaml: methods.mine: unknown method type 'flair'; available: "
+                              "adaptive-retrieval, dior, dragin, fl-rag")
     assert "(set `type:` to one of them)" in message
 
 

@@ -39,6 +39,18 @@ def calibrating_types() -> list[str]:
     return [t for t in method_types() if method_class(t).calibration_settings.__func__ is not own]
 
 
+def calibration_inputs(params: Params, dataset: str, method: str) -> dict[str, str]:
+    """The files a configuration declares (`Method.inputs`) that its calibration on `dataset` reads too
+    (Adaptive Retrieval's popularity), all but the calibration file it is making."""
+    mcfg = params.method(method)
+    cls = method_class(mcfg.type)
+    settings = cls.calibration_settings(mcfg.settings_for(dataset))
+    if settings is None:
+        return {}
+    own = {k: v for k, v in settings.items() if k != "calibration_dataset"}
+    return cls.inputs(own, dataset, method)
+
+
 def build(params: Params, dataset: str, method: str, split: Path, model_dir: Path | None,
           index_dir: Path | None = None):
     """The method as configured, its threshold set aside (it is what is being calibrated), its
@@ -60,7 +72,9 @@ def build(params: Params, dataset: str, method: str, split: Path, model_dir: Pat
                                    params.retrieval.b)
     examples = [Example.from_dict(r) for r in read_jsonl(split, "split file (run the splits step first)")]
     lm = build_model(params, model_dir, 0)
-    return cls(settings, method_context(params, dataset, lm, retriever)), examples, params.generation.chunk_size
+    inputs = {name: Path(path) for name, path in calibration_inputs(params, dataset, method).items()}
+    return (cls(settings, method_context(params, dataset, lm, retriever, inputs)), examples,
+            params.generation.chunk_size)
 
 
 def _batches(examples: list, size: int):

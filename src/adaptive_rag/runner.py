@@ -136,8 +136,9 @@ def method_inputs(params: Params, dataset: str, method: str) -> dict[str, Path]:
     declared = {name: Path(path) for name, path in cls.inputs(mcfg.settings_for(dataset), dataset, method).items()}
     for name, path in declared.items():
         if not path.is_file():
-            raise InputError(f"{path}: missing; methods.{method} reads it as its {name} "
-                             f"(snakemake --cores all {path} makes it)")
+            make = (f"provide {cls.provided_inputs[name]}" if name in cls.provided_inputs
+                    else f"snakemake --cores all {path} makes it")
+            raise InputError(f"{path}: missing; methods.{method} reads it as its {name} ({make})")
     return declared
 
 

@@ -2,7 +2,10 @@
 # configuration's `calibration_dataset` makes data/calibration/<calibration_dataset>/<method>.json an input
 # of its generate rule (Method.inputs); this one rule writes it from the calibration split, whatever the
 # method type (`adaptive-rag calibrate` asks the type what to compute). Types that answer with retrieval
-# while calibrating (SUGAR) also need their index, which the step finds where the index rule builds it.
+# while calibrating (SUGAR) also need their index, which the step finds where the index rule builds it;
+# files the configuration declares besides its calibration (Adaptive Retrieval's popularity) are inputs too.
+
+from adaptive_rag.calibration import calibration_inputs
 
 
 def calibrate_inputs(wc):
@@ -10,6 +13,7 @@ def calibrate_inputs(wc):
     if method_class(P.method(wc.method).type).calibration_retrieves:
         inputs["index"] = search_index(wc.dataset, wc.method)
         inputs.update(encoder_inputs(wc.dataset, wc.method, inputs))
+    inputs.update(calibration_inputs(P, wc.dataset, wc.method))  # files the method reads (a popularity file)
     return inputs
 
 

@@ -114,6 +114,10 @@ class Method:
         calibration = cls.calibration_dataset(settings, dataset)
         return {"calibration": calibration_path(calibration, method)} if calibration else {}
 
+    # Declared inputs that no rule makes (name -> what the user must provide), so a missing one is
+    # refused saying what to write instead of which Snakemake target to build.
+    provided_inputs: dict[str, str] = {}
+
     @classmethod
     def calibration_dataset(cls, settings: dict[str, Any], dataset: str) -> str | None:
         """The split a run on `dataset` takes its threshold from (None: a threshold given in params)."""

@@ -1,0 +1,239 @@
+"""Adaptive Retrieval (Mallen et al., ACL 2023, "When Not to Trust Language Models", Section 6.1):
+retrieve only for questions whose subject entity is less popular than a threshold.
+
+Popularity is the subject entity's monthly Wikipedia page views (PopQA's `s_pop`). A question below
+the threshold is answered as SR-RAG answers it (the question retrieves `top_k` passages once, before
+generating); every other question as wo-RAG answers it (no retrieval). The reference notebook
+(AlexTMallen/adaptive-retrieval, adaptive-retrieval.ipynb) compares log(s_pop) with the cut, which
+orders questions exactly as the page views do, so the rule here compares the page views themselves.
+
+No dataset the project loads carries page views, and neither the reference code nor the code of the
+papers that report this baseline on NQ, HotpotQA, 2Wiki or SQuAD (starsuzi/Adaptive-RAG, whose table
+SUGAR's Table I repeats) contains a substitute signal. The popularity is therefore a file the user
+provides (`popularity`, default `data/popularity/<dataset>.json`): one JSON object mapping each
+question id to its subject entity's monthly page views. The file is an input of the run, so a changed
+file reruns it.
+
+The threshold is a number, or `calibrated`: read off a calibration split the evaluation does not use
+(`calibration_dataset`, by default `<dataset>-calib`), where every question is answered both ways and
+the cut of highest mean Acc is kept (the reference's "brute force search over possible thresholds" on
+held-out questions). `calibration_cuts` names where the cut may sit: `histogram`, the reference
+notebook's ten equal-width bins of log popularity, or `values`, every observed popularity.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import InputError
+from .base import Answer, Method
+from .parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
+from .parts.rules import read_generation_rules
+from .registry import register
+
+DEFAULT_POPULARITY = "data/popularity/{dataset}.json"
+DEFAULT_CALIBRATION = "{dataset}-calib"
+CUTS = ("histogram", "values")
+HISTOGRAM_BINS = 10  # numpy.histogram's default, which the reference notebook uses
+# Settings a calibration file does not depend on: it records the answers, not the cut rule or the file names.
+NOT_CALIBRATED = frozenset({"threshold", "calibration_dataset", "calibration_cuts", "popularity"})
+POPULARITY_FILE = "a JSON object mapping each question id to its entity's monthly Wikipedia page views"
+
+
+@register("adaptive-retrieval")
+class AdaptiveRetrieval(Method):
+    when = "once, before generating, when the question's entity popularity is below `threshold`"
+    what = "the question"
+    needs_retriever = True
+    calibration_retrieves = True
+    uncalibrated = "threshold (a number of monthly page views)"
+    provided_inputs = {"popularity": POPULARITY_FILE}
+
+    @classmethod
+    def read_settings(cls, section) -> dict[str, Any]:
+        settings = {"threshold": _read_threshold(section),
+                    "popularity": section.str("popularity", DEFAULT_POPULARITY),
+                    "top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section),
+                    **read_generation_rules(section)}
+        if settings["threshold"] == "calibrated":
+            settings["calibration_dataset"] = section.str("calibration_dataset", DEFAULT_CALIBRATION)
+            settings["calibration_cuts"] = section.str("calibration_cuts", "histogram", CUTS)
+        return settings
+
+    @classmethod
+    def inputs(cls, settings, dataset, method) -> dict[str, str]:
+        return {**super().inputs(settings, dataset, method),
+                "popularity": settings["popularity"].replace("{dataset}", dataset)}
+
+    def __init__(self, settings, context):
+        super().__init__(settings, context)
+        self.popularity = load_popularity(Path(context.inputs.get("popularity", "")))
+        self.threshold, self.calibration_ids = self._threshold()
+
+    def _threshold(self) -> tuple[float, frozenset]:
+        threshold = self.settings["threshold"]
+        if threshold != "calibrated":
+            return float(threshold), frozenset()
+        path = Path(self.ctx.inputs.get("calibration", ""))
+
+        def read(data: dict) -> tuple[float, frozenset]:
+            mine = calibrated_settings(self.settings)
+            differ = sorted((k, data["settings"].get(k), v) for k, v in mine.items() if data["settings"].get(k) != v)
+            if differ:
+                key, theirs, ours = differ[0]
+                raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {ours!r}; "
+                                 f"calibrate with the settings the run uses")
+            return float(data["thresholds"][self.settings["calibration_cuts"]]), frozenset(data["ids"])
+
+        return load_calibration(path, "Adaptive Retrieval", read)
+
+    def popularity_of(self, examples) -> list[float]:
+        path = self.ctx.inputs.get("popularity", "")
+        missing = [e.id for e in examples if e.id not in self.popularity]
+        if missing:
+            raise InputError(f"{path}: no popularity for question {missing[0]!r}"
+                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; add each question "
+                             f"id with its entity's monthly Wikipedia page views")
+        return [self.popularity[e.id] for e in examples]
+
+    def answer_batch(self, examples) -> list[Answer]:
+        if self.calibration_ids:
+            refuse_calibration_questions(examples, self.calibration_ids, self.settings["calibration_dataset"])
+        popularity = self.popularity_of(examples)
+        retrieve = [retrieves(p, self.threshold) for p in popularity]
+        answers = self.answer_both_ways(examples, retrieve)
+        for answer, p, r in zip(answers, popularity, retrieve):
+            answer.steps[0].update(popularity=p, threshold=self.threshold, retrieve=r)
+        return answers
+
+    def answer_both_ways(self, examples, retrieve: Sequence[bool]) -> list[Answer]:
+        """SR-RAG's answer where `retrieve` says so, wo-RAG's elsewhere: one generate call per group."""
+        out: list[Answer | None] = [None] * len(examples)
+        for flag in (True, False):
+            rows = [i for i, r in enumerate(retrieve) if r == flag]
+            if rows:
+                for i, answer in zip(rows, self.answer_group([examples[i] for i in rows], flag)):
+                    out[i] = answer
+        return out
+
+    def answer_group(self, examples, retrieve: bool) -> list[Answer]:
+        questions = [e.question for e in examples]
+        if not retrieve:
+            return self.generate_answers(questions, [()] * len(examples))
+        start = time.perf_counter()
+        hits = [self.search(q, self.settings["top_k"]) for q in questions]
+        share = (time.perf_counter() - start) / len(examples)
+        answers = self.generate_answers(questions, hits, retrievals=1)
+        for answer in answers:
+            answer.wall_time_s += share
+        return answers
+
+    # ---- calibration (`adaptive-rag calibrate`) -----------------------------------------------
+    # Each calibration question is answered both ways, as a run would answer it; the cut is the one
+    # whose routing (retrieve below it) has the highest mean Acc, ties to fewer retrievals.
+
+    @classmethod
+    def calibration_settings(cls, settings) -> dict[str, Any]:
+        return {**settings, "threshold": 0.0}
+
+    def calibrate_batch(self, examples) -> list[dict]:
+        popularity = self.popularity_of(examples)
+        plain = score_answers(examples, self.answer_group(examples, False))
+        retrieved = score_answers(examples, self.answer_group(examples, True))
+        return [{"id": e.id, "popularity": p, "none": n["acc"], "single": s["acc"]}
+                for e, p, n, s in zip(examples, popularity, plain, retrieved)]
+
+    def calibration_record(self, rows: list[dict]) -> dict:
+        popularity = [row["popularity"] for row in rows]
+        acc = [(row["none"], row["single"]) for row in rows]
+        grid = {rule: search(popularity, acc, cut_places(popularity, rule)) for rule in CUTS}
+        return {"settings": calibrated_settings(self.settings), "per_question": rows, "grid": grid,
+                "thresholds": {rule: best(rows_) for rule, rows_ in grid.items()},
+                "note": "popularity < threshold retrieves. none/single: Acc of the question's answer without "
+                        "and with retrieval. thresholds: the cut of highest mean Acc, ties to fewer retrievals; "
+                        "histogram: cuts at the edges of 10 equal-width bins of log popularity (the reference "
+                        "notebook's); values: a cut at every observed popularity and one above them all"}
+
+
+# ---- pieces with no state (tested on their own) -------------------------------------------------
+
+
+def retrieves(popularity: float, threshold: float) -> bool:
+    """Mallen et al. Section 6.1: retrieve for questions whose popularity is below the threshold; a
+    question at the threshold answers from the model's own memory (the notebook's upper bins)."""
+    return popularity < threshold
+
+
+def load_popularity(path: Path) -> dict[str, float]:
+    """Question id -> monthly page views (a non-negative number); an absent or malformed file fails
+    naming it and saying what it must hold."""
+    what = POPULARITY_FILE
+    if not path.is_file():
+        raise InputError(f"{path}: missing; methods of type adaptive-retrieval read the question popularity "
+                         f"from it: provide {what} (or set the method's `popularity`)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not readable JSON ({exc}); provide {what}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected {what}, got {type(data).__name__}")
+    for qid, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise InputError(f"{path}: question {qid!r}: expected a number of page views >= 0, got {value!r}")
+    return {qid: float(value) for qid, value in data.items()}
+
+
+def cut_places(popularity: Sequence[float], rule: str) -> list[float]:
+    """Where the threshold may sit. `histogram`: the left edges of the reference notebook's ten
+    equal-width bins of log popularity (as page views; a value of 0 counts as 1 view there, the log
+    being undefined; the first edge is the smallest value itself, which exp(log(x)) may miss by a
+    rounding) and one above every value; `values`: every observed value and one above them all.
+    The first place retrieves for no question, the last for all."""
+    values = sorted(set(popularity))
+    above = math.nextafter(values[-1], math.inf)
+    if rule == "values":
+        return [*values, above]
+    import numpy as np
+
+    logs = np.log(np.maximum(np.asarray(popularity, dtype=float), 1.0))
+    edges = np.histogram(logs, bins=HISTOGRAM_BINS)[1]
+    return sorted({values[0], *(float(np.exp(e)) for e in edges[1:-1]), above})
+
+
+def search(popularity: Sequence[float], acc: Sequence[tuple[float, float]], places: Sequence[float]) -> list[dict]:
+    """One row per cut: the mean Acc of answering question i with retrieval when its popularity is below
+    the cut (acc[i][1]) and without otherwise (acc[i][0]), and the share of questions that retrieve."""
+    n = len(popularity)
+    if n == 0:
+        raise ValueError("no calibration questions to search a threshold on")
+    rows = []
+    for cut in places:
+        chosen = [retrieves(p, cut) for p in popularity]
+        rows.append({"threshold": cut, "acc": sum(a[c] for a, c in zip(acc, chosen)) / n,
+                     "retrieved": sum(chosen) / n})
+    return rows
+
+
+def best(rows: list[dict]) -> float:
+    """The cut of the highest mean Acc; ties to fewer retrievals (the smaller cut)."""
+    return max(rows, key=lambda row: (round(row["acc"], 12), -round(row["retrieved"], 12), -row["threshold"]))[
+        "threshold"]
+
+
+def calibrated_settings(settings: dict) -> dict:
+    """The settings a calibration file's answers depend on (a run refuses a file made with others)."""
+    return {k: v for k, v in settings.items() if k not in NOT_CALIBRATED}
+
+
+def _read_threshold(section) -> float | str:
+    value = section.raw("threshold", "calibrated")
+    if value == "calibrated":
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise section.fail("threshold", f"expected a number of monthly page views >= 0 or calibrated (from "
+                                        f"`calibration_dataset`); got {value!r}")
+    return float(value)
