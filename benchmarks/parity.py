@@ -1,11 +1,12 @@
 """Parity with another implementation: how often a run of this project and another implementation's
 run make the same decisions, per method, and where each question first parts ways.
 
-Two implementations that give the same model the same prompt should retrieve at the same points, with
-the same queries, get the same passages and give the same answer. This script lines up a run of this
-project (its `predictions.jsonl` and `trace.jsonl`) with per-question records of the other run, in
-the order the loop makes its decisions: retrieval 1's query, its passages, retrieval 2's query, ...,
-the number of retrievals, the answer. It prints the agreement per method and, for every question that
+Two implementations that give the same model the same prompt should make the same calls, retrieve at
+the same points, with the same queries, get the same passages and give the same answer. This script
+lines up a run of this project (its `predictions.jsonl` and `trace.jsonl`) with per-question records
+of the other run, in the order the loop makes its decisions: call by call where both record calls
+(prompt, generated text, fired sentence, query, passages), then retrieval 1's query, its passages,
+retrieval 2's query, ..., the number of retrievals, the answer. It prints the agreement per method and, for every question that
 differs, the first point of divergence.
 
 The other implementation's records are JSONL, one object per question and method (docs/
@@ -21,7 +22,13 @@ reproducing-papers.md#reproducing-another-implementations-set-up has an example)
   extracted answer, compared with this project's `prediction`) are required;
 - `queries` (one string per retrieval, compared with whitespace collapsed), `passages` (one list of
   passage ids per retrieval, in rank order) and `output` (the whole generated text) are optional:
-  what a record leaves out is not compared.
+  what a record leaves out is not compared;
+- `calls` (optional): every model call in order, each an object with any of `prompt` (the prompt's
+  text), `text` (what the call generated), `fired` (the sentence that triggered a retrieval), `query`
+  and `passages` (that retrieval's query and passage ids). Where both sides record calls they are
+  compared call by call, each field that both record, and the first divergence names the call and
+  the field; this project's calls are its trace's steps (`text`, `fired`, `query`, `retrieved`; no
+  prompt). benchmarks/dragin_reference.py writes the DRAGIN reference code's records with calls.
 
 `--theirs` may also name a run directory of this project (its records are read the same way), to
 compare two set-ups of this project, e.g. the default template against another implementation's.
@@ -52,10 +59,11 @@ class Record:
     passages: list[list[str]] | None = None
     output: str | None = None
     extra: dict = field(default_factory=dict)
+    calls: list[dict] | None = None
 
     def as_json(self, method: str) -> dict:
         record = {"method": method, "id": self.id, "retrievals": self.retrievals, "answer": self.answer}
-        for key in ("queries", "passages", "output"):
+        for key in ("queries", "passages", "output", "calls"):
             if getattr(self, key) is not None:
                 record[key] = getattr(self, key)
         return record
@@ -92,8 +100,24 @@ def read_run(run: Path) -> dict[str, Record]:
         if not queries and n == 1 and "steps" in trace:
             queries = [p["question"]]  # retrieved once, before generating (SR-RAG)
         records[p["id"]] = Record(p["id"], n, p["prediction"], queries if len(queries) == n else None,
-                                  passages if set(groups) <= set(range(n)) else None, p.get("output"))
+                                  passages if set(groups) <= set(range(n)) else None, p.get("output"),
+                                  calls=trace_calls(trace["steps"]) if "steps" in trace else None)
     return records
+
+
+def trace_calls(steps: list[dict]) -> list[dict] | None:
+    """A trace's steps as calls (what each generated, the sentence that fired, its query and passages);
+    None when the steps were trimmed of their text."""
+    if not all("text" in s for s in steps):
+        return None
+    calls = []
+    for step in steps:
+        call = {"phase": step.get("phase"), "text": step["text"]}
+        for ours, key in (("fired", "fired"), ("query", "query"), ("retrieved", "passages")):
+            if step.get(ours) is not None:
+                call[key] = step[ours]
+        calls.append(call)
+    return calls
 
 
 def read_records(path: Path, rename: dict[str, str]) -> dict[str, dict[str, Record]]:
@@ -114,22 +138,49 @@ def read_records(path: Path, rename: dict[str, str]) -> dict[str, dict[str, Reco
             raise InputError(f"{where}: field 'passages': expected a list of lists of passage ids")
         if output is not None and not isinstance(output, str):
             raise InputError(f"{where}: field 'output': expected a string")
+        calls = data.get("calls")
+        if calls is not None and not (isinstance(calls, list) and all(
+                isinstance(c, dict) and set(c) <= {"phase", *CALL_FIELDS} for c in calls)):
+            raise InputError(f"{where}: field 'calls': expected a list of objects with any of "
+                             f"phase, {', '.join(CALL_FIELDS)}")
         method = rename.get(data["method"], data["method"])
         if data["id"] in out.setdefault(method, {}):
             raise InputError(f"{where}: a second record of {method}/{data['id']}")
         out[method][data["id"]] = Record(data["id"], data["retrievals"], data["answer"], queries,
                                          [[str(i) for i in g] for g in passages] if passages is not None else None,
-                                         output)
+                                         output, calls=calls)
     return out
 
 
 # ---- comparing -------------------------------------------------------------------------------------
 
-ASPECTS = ("retrievals", "queries", "passages", "answer", "output")
+ASPECTS = ("calls", "retrievals", "queries", "passages", "answer", "output")
+CALL_FIELDS = ("prompt", "text", "fired", "query", "passages")  # in the order a call makes them
 
 
 def _same_query(a: str, b: str) -> bool:
     return " ".join(a.split()) == " ".join(b.split())
+
+
+def _same_field(key: str, a, b) -> bool:
+    if key == "passages":
+        return [str(i) for i in a] == [str(i) for i in b]
+    if key == "query":
+        return _same_query(a, b)
+    return a.strip() == b.strip()  # a prompt or a text: its surrounding whitespace aside
+
+
+def first_call_divergence(ours: list[dict], theirs: list[dict]) -> str | None:
+    """The first call where the two differ, and in it the first field both record that differs (in
+    `CALL_FIELDS` order); then a difference in the number of calls. None: the same calls."""
+    for k, (a, b) in enumerate(zip(ours, theirs), 1):
+        for key in CALL_FIELDS:
+            if key in a and key in b and not _same_field(key, a[key], b[key]):
+                phase = a.get("phase") or b.get("phase")
+                return f"call {k}{f' ({phase})' if phase else ''}: {key} differs: ours {a[key]!r}, theirs {b[key]!r}"
+    if len(ours) != len(theirs):
+        return f"calls: ours {len(ours)}, theirs {len(theirs)}"
+    return None
 
 
 def compare(ours: Record, theirs: Record) -> tuple[dict[str, bool | None], str | None]:
@@ -142,8 +193,10 @@ def compare(ours: Record, theirs: Record) -> tuple[dict[str, bool | None], str |
         agree[key] = None if a is None or b is None else len(a) == len(b) and all(map(same, a, b))
     agree["output"] = None if ours.output is None or theirs.output is None else \
         ours.output.strip() == theirs.output.strip()
-    first = None
-    for i in range(min(ours.retrievals, theirs.retrievals)):
+    by_call = None if ours.calls is None or theirs.calls is None else first_call_divergence(ours.calls, theirs.calls)
+    agree["calls"] = None if ours.calls is None or theirs.calls is None else by_call is None
+    first = by_call
+    for i in range(min(ours.retrievals, theirs.retrievals) if first is None else 0):
         if ours.queries is not None and theirs.queries is not None and i < min(len(ours.queries), len(theirs.queries)) \
                 and not _same_query(ours.queries[i], theirs.queries[i]):
             first = f"retrieval {i + 1}: query differs: ours {ours.queries[i]!r}, theirs {theirs.queries[i]!r}"
@@ -195,8 +248,8 @@ def report(results: list[MethodParity]) -> str:
         n = r.recorded[aspect]
         return f"{r.agree[aspect]}/{n}" if n else "–"
 
-    lines = ["| method | questions | same retrieval count | same queries | same passages | same answer | "
-             "same output | identical |", "|:--|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| method | questions | same calls | same retrieval count | same queries | same passages | same answer | "
+             "same output | identical |", "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         lines.append(f"| {r.method} | {r.compared} | " + " | ".join(cell(r, a) for a in ASPECTS)
                      + f" | {r.identical}/{r.compared} |")

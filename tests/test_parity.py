@@ -40,7 +40,7 @@ def test_a_run_is_read_as_its_decisions_per_question():
 def test_agreement_per_method_and_the_first_divergence_per_question(capsys):
     assert parity.main(["--theirs", str(FIXTURES / "theirs.jsonl"), "--map", "FLARE=flare", str(RUN)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[2] == "| flare | 4 | 3/4 | 3/4 | 2/3 | 3/4 | 0/1 | 1/4 |"
+    assert out.splitlines()[2] == "| flare | 4 | – | 3/4 | 3/4 | 2/3 | 3/4 | 0/1 | 1/4 |"
     # in the loop's order: queries (whitespace collapsed) and passages retrieval by retrieval, then the
     # number of retrievals, then the answer
     assert "- demo-034: retrieval 2: passages differ: ours ['332', '162', '232'], theirs ['332', '162', '5']" in out
@@ -55,7 +55,7 @@ def test_two_runs_of_this_project_compare_by_method_type(tmp_path, capsys):
     provenance = json.loads((other / "provenance.json").read_text())
     (other / "provenance.json").write_text(json.dumps({**provenance, "method": "flare-variant"}))
     assert parity.main(["--theirs", str(RUN), str(other)]) == 0
-    assert "| flare-variant (flare) | 4 | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 |" in capsys.readouterr().out
+    assert "| flare-variant (flare) | 4 | – | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 |" in capsys.readouterr().out
 
 
 def test_export_writes_the_schema_the_harness_reads(tmp_path, capsys):
@@ -83,3 +83,54 @@ def test_a_bad_record_fails_naming_its_line(tmp_path, capsys, line, message):
 def test_records_of_no_compared_method_say_what_they_hold(capsys):
     assert parity.main(["--theirs", str(FIXTURES / "theirs.jsonl"), str(RUN)]) == 2
     assert "no records of flare (it has: DRAGIN, FLARE; rename with --map THEIRS=OURS)" in capsys.readouterr().err
+
+
+# Two hand-made record files of one question, the calls of a FLARE-like loop: the second file's third
+# call (the regeneration) writes another text, so the per-question columns agree while the calls do not.
+CALLS = [{"phase": "look-ahead", "prompt": "Q: x\nAnswer: ", "text": "He was born in 1722. So",
+          "fired": "He was born in 1722.", "query": "He was born in", "passages": ["3", "1", "2"]},
+         {"phase": "regenerate", "prompt": "Context: ...\nQ: x\nAnswer: ", "text": "He was born in 1750."},
+         {"phase": "look-ahead", "text": " So the answer is 1750."}]
+
+
+def write_records(path, calls):
+    path.write_text(json.dumps({"method": "flare", "id": "q1", "retrievals": 1, "queries": ["He was born in"],
+                                "passages": [["3", "1", "2"]], "answer": "1750", "calls": calls}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("edit, first", [
+    (lambda c: c[2].update(text="So the answer is 1751."),
+     "call 3 (look-ahead): text differs: ours ' So the answer is 1750.', theirs 'So the answer is 1751.'"),
+    (lambda c: c[0].update(fired="He was born in 1722. So"),
+     "call 1 (look-ahead): fired differs: ours 'He was born in 1722.', theirs 'He was born in 1722. So'"),
+    (lambda c: c[1].update(prompt="Context: ...\nQ: x\nAnswer:  He"),
+     "call 2 (regenerate): prompt differs"),
+    (lambda c: c[0].update(passages=[3, 2, 1]), "call 1 (look-ahead): passages differs: ours ['3', '1', '2'], theirs [3, 2, 1]"),
+    (lambda c: c.append({"text": "more"}), "calls: ours 3, theirs 4"),
+])
+def test_calls_are_compared_one_by_one_and_the_first_divergence_named(tmp_path, capsys, edit, first):
+    theirs = json.loads(json.dumps(CALLS))
+    edit(theirs)
+    ours = parity.read_records(write_records(tmp_path / "ours.jsonl", CALLS), {})["flare"]["q1"]
+    other = parity.read_records(write_records(tmp_path / "theirs.jsonl", theirs), {})["flare"]["q1"]
+    agree, divergence = parity.compare(ours, other)
+    assert agree["calls"] is False and agree["answer"] and agree["queries"]
+    assert divergence.startswith(first)
+    assert parity.compare(ours, ours) == ({a: True for a in parity.ASPECTS} | {"output": None}, None)
+
+
+def test_calls_differing_in_whitespace_around_a_text_or_inside_a_query_agree(tmp_path):
+    theirs = json.loads(json.dumps(CALLS))
+    theirs[2]["text"] = "So the answer is 1750.  "
+    theirs[0]["query"] = "He  was born in"
+    ours = parity.read_records(write_records(tmp_path / "ours.jsonl", CALLS), {})["flare"]["q1"]
+    other = parity.read_records(write_records(tmp_path / "theirs.jsonl", theirs), {})["flare"]["q1"]
+    assert parity.compare(ours, other)[0]["calls"] is True
+
+
+def test_a_call_with_an_unknown_field_is_refused(tmp_path, capsys):
+    path = write_records(tmp_path / "theirs.jsonl", [{"text": "x", "logits": []}])
+    assert parity.main(["--theirs", str(path), str(RUN)]) == 2
+    assert "field 'calls': expected a list of objects with any of phase, prompt, text, fired, query, passages" \
+        in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The params profiles (demo, shared, paper, scaar, seakr, sugar, dior, self-rag): each is valid and plans the DAG it promises."""
+"""The params profiles (demo, shared, paper, scaar, seakr, sugar, dior, self-rag, reference): each is valid and plans the DAG it promises."""
 
 import hashlib
 import http.server
@@ -17,7 +17,8 @@ from adaptive_rag.prompts.fewshot import resolve_exemplars
 from conftest import REPO, SHARED_DATA, copy_workflow, edit_params, planned_jobs, run, snakemake
 
 
-@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar", "dior", "self-rag"])
+@pytest.mark.parametrize("name", ["demo", "shared", "paper", "scaar", "seakr", "sugar", "dior", "self-rag",
+                                  "reference"])
 def test_profiles_are_valid(name):
     load_params(REPO / "params" / f"{name}.yaml")
 
@@ -36,7 +37,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     assert "dvc.yaml: 53 stages written from params.yaml" in installed.stdout  # the stages follow the profile
     check_current(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
-    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, dior, paper, scaar, seakr, self-rag, shared, sugar" in result.stderr
+    assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, dior, paper, reference, scaar, seakr, self-rag, shared, sugar" in result.stderr
 
 
 @pytest.mark.slow  # a Snakemake dry run
@@ -274,3 +275,19 @@ def test_dior_profile_has_the_papers_settings():
     assert table3 == {"on", "off", "mlp-hidden", "prob", "scored", "sequential", "stepwise", "single"}
     assert list(p.detectors.early.datasets) == ["nq-early"] and p.dataset("nq-early").sample.size == 5201
     assert p.detectors.realtime.max_passages == 8304
+
+
+def test_reference_profile_sets_every_dragin_code_rule():
+    """params/reference.yaml: the DRAGIN reference code's decisions (docs/reproducing-papers.md#the-reference-profile)."""
+    params = load_params(REPO / "params" / "reference.yaml")
+    assert (params.retrieval.k1, params.retrieval.b, params.retrieval.query_max_tokens) == (1.2, 0.75, 64)
+    assert (params.model.prompt_format, params.model.dtype, params.generation.answer_fallback_tokens) == ("raw", "float32", 20)
+    for name in ("wo-rag", "sr-rag", "flare", "dragin"):
+        settings = params.method(name).settings
+        assert (settings["answer_extraction"], settings["stop"]) == ("dragin-code", [])
+    flare, dragin = params.method("flare").settings, params.method("dragin").settings
+    assert (flare["theta"], flare["keep"], flare["score_range"], flare["masking"], flare["end_of_turn"]) == (
+        0.08, "all", "dragin-code", "dragin-code", "continue")
+    assert flare["template"] == "builtin:dragin-hotpotqa-flare"
+    assert (dragin["theta"], dragin["query_words"], dragin["end_of_turn"], dragin["keep"]) == (
+        0.8, "whole-sentence", "continue", "first-sentence")

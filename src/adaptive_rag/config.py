@@ -102,7 +102,9 @@ class RetrievalConfig:
     dense: DenseConfig | None  # the one encoder (`retrieval.dense: {encoder: ...}`), searched as `dense`; None
     # when retrieval.dense holds named encoders only
     threads: int
-    query_max_words: int | None = None  # keep only a query's last N words (the reference code: last 64 tokens)
+    query_max_words: int | None = None  # keep only a query's last N words
+    # keep only a query's last N tokens of the model's tokenizer (the DRAGIN reference code: 64)
+    query_max_tokens: int | None = None
     # named encoders (`retrieval.dense: {<name>: {encoder: ...}, ...}`), each searched as `dense:<name>`
     encoders: dict[str, DenseConfig] = field(default_factory=dict)
 
@@ -120,6 +122,8 @@ class RetrievalConfig:
         encoder alone, so adding or changing another encoder reruns none of it."""
         record = {"type": self.type, "k1": self.k1, "b": self.b, "dense": None, "threads": self.threads,
                   "query_max_words": self.query_max_words}
+        if self.query_max_tokens is not None:  # only when set: runs built before it existed keep their key
+            record["query_max_tokens"] = self.query_max_tokens
         name = encoder_name(kind)
         if name is None and self.dense is not None:
             record["dense"] = self.dense.key()
@@ -393,6 +397,10 @@ def _method_key(cls, cfg: MethodConfig) -> dict:
     record = as_dict(cfg)
     record["settings"] = cls.settings_key(record["settings"])
     record["per_dataset"] = {name: cls.settings_key(v) for name, v in record["per_dataset"].items()}
+    # a method's own template (`template:`) with its content, as `_dataset_key` records a dataset's
+    specs = {v.get("template") for v in (cfg.settings, *cfg.per_dataset.values())} - {None}
+    if specs:
+        record["templates"] = {spec: load_template(spec).data for spec in sorted(specs)}
     return record
 
 
@@ -473,8 +481,11 @@ def _retrieval(s: Section) -> RetrievalConfig:
         dense=_dense(dense, named=False) if single or not named else None,
         threads=s.int("threads", 1, minimum=1),
         query_max_words=s.int("query_max_words", None, minimum=1, allow_none=True),
+        query_max_tokens=s.int("query_max_tokens", None, minimum=1, allow_none=True),
         encoders=encoders,
     )
+    if cfg.query_max_words is not None and cfg.query_max_tokens is not None:
+        raise s.fail("query_max_tokens", "give query_max_words or query_max_tokens, not both")
     if cfg.b > 1:
         raise bm25.fail("b", f"must be between 0 and 1; got {cfg.b}")
     check_retriever(cfg, cfg.type, s.key("type"), s.source)

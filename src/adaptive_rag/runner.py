@@ -151,7 +151,8 @@ def method_context(params: Params, dataset: str, lm: "LanguageModel | None", ret
                    prompt_format=params.model.prompt_format,
                    max_new_tokens=ds.max_new_tokens or params.generation.max_new_tokens, retriever=retriever,
                    answer_fallback_tokens=params.generation.answer_fallback_tokens,
-                   query_max_words=params.retrieval.query_max_words, inputs=inputs or {},
+                   query_max_words=params.retrieval.query_max_words,
+                   query_max_tokens=params.retrieval.query_max_tokens, inputs=inputs or {},
                    template=load_template(ds.template))
 
 
@@ -197,7 +198,7 @@ def _model_identity(params: Params, model_dir: Path | None) -> dict | None:
 
 def question_record(example: Example, answer) -> dict:
     """One question's line of predictions.jsonl and of trace.jsonl (`ask` shows the same two)."""
-    prediction, found = predicted(answer.output, answer.direct)
+    prediction, found = predicted(answer.output, answer.direct, answer.extraction)
     counters = answer.counters()
     record = {
         "prediction": {

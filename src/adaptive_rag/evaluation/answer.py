@@ -7,6 +7,13 @@ the reference evaluation does. It is never cut at an inner period, so "St. Louis
 "Jr.") stays. When the phrase is missing we score the whole output (normalisation then removes
 articles and punctuation) and the trace records `answer_found: false`, so the rate of well-formed
 outputs is visible instead of hidden.
+
+`answer_extraction: dragin-code` (a method setting, `methods/parts/rules.py`) reads answers as the
+DRAGIN reference code's evaluation does (github oneal2000/DRAGIN, src/eval.py `regenerate_answer` and
+src/data.py `HotpotQA.get_real_prediction`): the output is cut at the first "Question:", "#10000000"
+or "Note:", and the answer is everything after the *first* "the answer is" (exact case) and the one
+character that follows it, with a trailing end-of-sequence text and then one final period removed;
+no phrase, no answer (an empty string).
 """
 
 from __future__ import annotations
@@ -40,10 +47,46 @@ def direct_answer(text: str) -> tuple[str, bool]:
     return answer, bool(answer)
 
 
-def predicted(output: str, direct: bool) -> tuple[str, bool]:
+# src/eval.py `regenerate_answer`: the words an output is cut at (the first of them only past its start)
+DRAGIN_CODE_SPLIT_WORDS = ("Question:", "#10000000", "Note:")
+DRAGIN_CODE_PHRASE = "the answer is"
+# src/data.py `HotpotQA.get_real_prediction` strips its models' end texts ("</s>", "<|endoftext|>");
+# SmolLM2's "<|im_end|>" is added here and in the reference's patch (benchmarks/dragin_reference.py).
+DRAGIN_CODE_END_TEXTS = ("</s>", "<|endoftext|>", "<|im_end|>")
+EXTRACTIONS = ("project", "dragin-code")
+
+
+def dragin_code_cut(text: str, at_start: bool = False) -> str:
+    """The text cut at each split word in turn (`regenerate_answer`: before the fallback only an
+    occurrence past position 0 cuts, `at_start=False`; after it, any occurrence, `at_start=True`)."""
+    for word in DRAGIN_CODE_SPLIT_WORDS:
+        position = text.find(word)
+        if position > 0 or (at_start and position == 0):
+            text = text[:position]
+    return text
+
+
+def dragin_code_answer(text: str) -> tuple[str, bool]:
+    """`get_real_prediction` of HotpotQA: what follows the first "the answer is" and one more character
+    (the space), an end text and then one final period stripped; ("", False) without the phrase."""
+    position = text.find(DRAGIN_CODE_PHRASE)
+    if position < 0:
+        return "", False
+    answer = text[position + len(DRAGIN_CODE_PHRASE) + 1:]
+    for end in DRAGIN_CODE_END_TEXTS:
+        if answer.endswith(end):
+            answer = answer[:-len(end)]
+    if answer.endswith("."):
+        answer = answer[:-1]
+    return answer, True
+
+
+def predicted(output: str, direct: bool, extraction: str = "project") -> tuple[str, bool]:
     """The answer a method's output gives: the whole completion of a direct-answer prompt, else the
-    chain of thought's answer phrase."""
-    return (direct_answer if direct else extract_answer)(output)
+    chain of thought's answer phrase, read the project's way or the DRAGIN reference code's."""
+    if direct:
+        return direct_answer(output)
+    return (dragin_code_answer if extraction == "dragin-code" else extract_answer)(output)
 
 
 def has_answer(text: str) -> bool:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ..evaluation.answer import extract_answer, has_answer
+from ..evaluation.answer import dragin_code_cut, extract_answer, has_answer
 from ..prompts.fewshot import ANSWER_PREFIX, Exemplar, build_prompt
 from ..retrieval import KINDS, NAMED_DENSE, encoder_name
 from ..settings import check_name
@@ -48,6 +48,7 @@ class Answer:
     # The output is the answer itself (a direct-answer prompt such as `qa-oneshot`): the runner takes it
     # whole instead of looking for "So the answer is", and the answer fallback leaves it alone.
     direct: bool = False
+    extraction: str = "project"  # how the answer is read from the output (`answer_extraction`)
 
     def counters(self) -> dict:
         counters = {"retrievals": self.retrievals, "llm_calls": self.llm_calls, "detections": self.detections,
@@ -68,6 +69,7 @@ class Context:
     retriever: "Retriever | None" = None
     answer_fallback_tokens: int = 20
     query_max_words: int | None = None
+    query_max_tokens: int | None = None  # keep a query's last N tokens of the model's tokenizer instead
     inputs: dict = field(default_factory=dict)  # name -> Path of the files the method declared (`Method.inputs`)
     template: "Template | None" = None  # the dataset's prompt template (None: the project's own)
 
@@ -84,16 +86,27 @@ class Method:
         self.settings, self.ctx = settings, context
         self.rules = Rules.of(settings)
 
+    @property
+    def template(self) -> "Template | None":
+        """The method's own prompt layout (`template:`), else the dataset's (None: the project's)."""
+        spec = self.settings.get("template")
+        if spec is None:
+            return self.ctx.template
+        from ..prompts.template import load_template
+
+        return load_template(spec)
+
     @classmethod
     def settings_key(cls, settings: dict[str, Any]) -> dict[str, Any]:
         """The settings as a run's key records them: `later_settings` at their defaults left out."""
         later = cls.later_settings
         return {k: v for k, v in settings.items() if not (k in later and v == later[k])}
 
-    def cot_prompt(self, question: str, passages: Sequence["Hit"] = ()):
-        """The chain-of-thought prompt of a question in the dataset's template and the model's format."""
+    def cot_prompt(self, question: str, passages: Sequence["Hit"] = (), dataset_template: bool = False):
+        """The chain-of-thought prompt of a question in the method's template (`template:`), else the
+        dataset's (always the dataset's with `dataset_template`), in the model's format."""
         return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, question, passages,
-                            template=self.ctx.template)
+                            template=self.ctx.template if dataset_template else self.template)
 
     @classmethod
     def read_settings(cls, section: "Section") -> dict[str, Any]:
@@ -175,9 +188,12 @@ class Method:
         return value
 
     def search(self, query: str, k: int) -> list["Hit"]:
-        """Retrieve with the query's last `retrieval.query_max_words` words (all when unset)."""
+        """Retrieve with the query's last `retrieval.query_max_words` words, or its last
+        `retrieval.query_max_tokens` tokens (all when unset)."""
         if self.ctx.query_max_words:
             query = " ".join(query.split()[-self.ctx.query_max_words:])
+        if self.ctx.query_max_tokens:
+            query = last_tokens(query, self.ctx.query_max_tokens, self.ctx.lm)
         return self.ctx.retriever.search(query, k)
 
     def generate_answers(self, questions: Sequence[str], passages: Sequence[Sequence["Hit"]],
@@ -203,6 +219,11 @@ class Method:
         """The reference evaluation's fallback: an output without "So the answer is" gets the phrase
         appended and a few more tokens generated, without passages, so every method is scored on an
         answer phrase rather than on its reasoning."""
+        for answer in answers:
+            answer.extraction = self.rules.answer_extraction
+        if self.rules.answer_extraction == "dragin-code":
+            self.complete_answers_dragin_code(questions, answers)
+            return
         budget = self.ctx.answer_fallback_tokens
         todo = [i for i, a in enumerate(answers) if budget and not a.direct and not has_answer(a.output)]
         if not todo:
@@ -213,18 +234,63 @@ class Method:
         lead = " " if self.ctx.prompt_format == "raw" else ""
         prefixes = [lead + (answers[i].output if extract_answer(answers[i].output)[1]
                             else f"{answers[i].output} {ANSWER_PREFIX}".lstrip()) for i in todo]
-        prompts = [self.cot_prompt(questions[i]).with_prefix(prefix) for i, prefix in zip(todo, prefixes)]
+        prompts = [self.cot_prompt(questions[i], dataset_template=True).with_prefix(prefix)
+                   for i, prefix in zip(todo, prefixes)]
+        self.fallback_calls(answers, todo, prompts, budget, start,
+                            lambda k, c: (prefixes[k] + c.text).strip())
+
+    def complete_answers_dragin_code(self, questions: Sequence[str], answers: Sequence[Answer]) -> None:
+        """`answer_extraction: dragin-code`, the DRAGIN reference's src/eval.py `regenerate_answer`:
+        every output is cut at its first "Question:" (or "#10000000", "Note:") past its start; one still
+        without "the answer is" (exact case) gets " So the answer is " appended, trailing space
+        included, and the model continues it with the dataset's prompt and no passages, with no stop
+        string, for `answer_fallback_tokens` tokens; the continuation is stripped, appended, and the
+        whole cut at the split words again."""
+        budget = self.ctx.answer_fallback_tokens
+        todo = []
+        for i, answer in enumerate(answers):
+            if answer.direct:
+                continue
+            answer.output = dragin_code_cut(answer.output)
+            if budget and "the answer is" not in answer.output:
+                todo.append(i)
+        if not todo:
+            return
+        start = time.perf_counter()
+        cots = [answers[i].output + " So the answer is " for i in todo]
+        lead = " " if self.ctx.prompt_format == "raw" else ""  # the reference's `case + " " + cot`
+        prompts = [self.cot_prompt(questions[i], dataset_template=True).with_prefix(lead + cot)
+                   for i, cot in zip(todo, cots)]
+        self.fallback_calls(answers, todo, prompts, budget, start,
+                            lambda k, c: dragin_code_cut(cots[k] + c.text.strip(), at_start=True))
+
+    def fallback_calls(self, answers: Sequence[Answer], todo: list[int], prompts: list, budget: int, start: float,
+                       output) -> None:
+        """One batched fallback call for the answers `todo`; `output(k, continuation)` is the k-th's new output."""
         continuations = [self.rules.ended(c, self.ctx.lm)
                          for c in self.ctx.lm.generate(prompts, budget, self.rules.fallback_stop)]
         share = (time.perf_counter() - start) / len(todo)
-        for i, prefix, c in zip(todo, prefixes, continuations):
+        for k, (i, c) in enumerate(zip(todo, continuations)):
             answer = answers[i]
-            answer.output = (prefix + c.text).strip()
+            answer.output = output(k, c)
             answer.llm_calls += 1
             answer.generated_tokens += len(c.tokens)
             answer.sentences += count_sentences(c.text)
             answer.wall_time_s += share
             answer.steps.append(step_record("fallback", c))
+
+
+def last_tokens(query: str, count: int, lm) -> str:
+    """The query's last `count` tokens of the model's tokenizer, decoded without special tokens: the
+    DRAGIN reference's src/retriever.py `BM25.retrieve` (truncation on the left, `max_query_length` 64)."""
+    tokenizer = getattr(lm, "tokenizer", None)
+    if tokenizer is None:
+        from ..errors import ConfigError
+
+        raise ConfigError("retrieval.query_max_tokens needs the model's tokenizer, which this backend does not "
+                          "give (the hf backend does); use retrieval.query_max_words")
+    ids = tokenizer(query, add_special_tokens=False)["input_ids"]
+    return tokenizer.decode(ids[-count:], skip_special_tokens=True)
 
 
 def count_sentences(text: str) -> int:

@@ -18,6 +18,9 @@ The reference code differs in these ways, each a switch (`reference: dragin-code
   words (POS NOUN/ADJ/VERB/PROPN/NUM) may fire;
 - `query_punctuation: keep` and `query_duplicates: keep`: QFS words keep the punctuation attached to
   them and a repeated word may appear more than once;
+- `query_words: whole-sentence`: QFS ranks the real words of the whole fired sentence but the flagged
+  ones (src/generate.py `AttnWeightRAG.keep_real_words`), not only those before the first flagged token
+  (a setting of its own: `reference: dragin-code` predates it and keeps `until-flagged`);
 and it keeps only the first regenerated sentence (`keep: first-sentence`). `attention_scope:
 generated` (the generation pass's rows restricted to the generated tokens and renormalised) was this
 project's stand-in for the re-encoded pass; it applies with `attention_pass: generation` only.
@@ -35,12 +38,14 @@ from .registry import register
 PASSES = ("generation", "reencoded")
 # The settings DRAGIN gained after runs were built, with the values that reproduce what it did before.
 LATER = {"rind_units": "token", "attention_pass": "generation", "query_punctuation": "strip",
-         "query_duplicates": "drop"}
+         "query_duplicates": "drop", "query_words": "until-flagged"}
+QUERY_WORDS = ("until-flagged", "whole-sentence")
 REFERENCES = {
     "paper": {**PAPER, **LATER, "keep": "all"},
     "dragin-code": {"attention_scope": "generated", "include_diagonal": True, "normalise": True,
                     "filter_order": "after", "keep": "first-sentence", "rind_units": "word",
-                    "attention_pass": "reencoded", "query_punctuation": "keep", "query_duplicates": "keep"},
+                    "attention_pass": "reencoded", "query_punctuation": "keep", "query_duplicates": "keep",
+                    "query_words": "until-flagged"},
 }
 
 
@@ -68,6 +73,7 @@ class DRAGIN(TriggeredRetrieval):
             "attention_pass": section.str("attention_pass", defaults["attention_pass"], PASSES),
             "query_punctuation": section.str("query_punctuation", defaults["query_punctuation"], ("strip", "keep")),
             "query_duplicates": section.str("query_duplicates", defaults["query_duplicates"], ("drop", "keep")),
+            "query_words": section.str("query_words", defaults["query_words"], QUERY_WORDS),
         }
 
     def extras(self) -> Extras:
@@ -97,6 +103,10 @@ class DRAGIN(TriggeredRetrieval):
 
     def build_query(self, state, lookahead, sentence, detection) -> str:
         s = self.settings
+        whole = s.get("query_words") == "whole-sentence"
         return real_words_query(lookahead, detection.first_flagged_token(), state.example.question, state.text,
                                 s["top_n"], punctuation=s["query_punctuation"] == "keep",
-                                duplicates=s["query_duplicates"] == "keep")
+                                duplicates=s["query_duplicates"] == "keep",
+                                sentence=(sentence.start, sentence.end) if whole else None,
+                                flagged=[(detection.units[k].start, detection.units[k].end) for k in detection.flagged]
+                                if whole else ())

@@ -4,7 +4,7 @@ before the first window)."""
 from __future__ import annotations
 
 from .registry import register
-from .parts.loop import FINISHED, EveryStepRetrieval
+from .parts.loop import EveryStepRetrieval
 
 
 @register("fl-rag")
@@ -20,5 +20,5 @@ class FixedLengthRetrieval(EveryStepRetrieval):
 
     def keep_step(self, state, lookahead) -> str:
         new = state.keep(lookahead, len(lookahead.text))
-        state.done = lookahead.c.finish_reason in FINISHED
+        state.done = self.rules.finished(lookahead.c)
         return new

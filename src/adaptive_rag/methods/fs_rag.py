@@ -11,7 +11,7 @@ it. IRCoT bounds the prompt by keeping the earliest `max_passages` (15 paragraph
 from __future__ import annotations
 
 from .registry import register
-from .parts.loop import FINISHED, EveryStepRetrieval
+from .parts.loop import EveryStepRetrieval
 
 
 @register("fs-rag")
@@ -41,6 +41,6 @@ class FixedSentenceRetrieval(EveryStepRetrieval):
         sentences = lookahead.sentences
         chars = sentences[0].end if sentences else len(lookahead.text)
         new = state.keep(lookahead, chars)
-        if len(sentences) <= 1 and lookahead.c.finish_reason in FINISHED:
+        if len(sentences) <= 1 and self.rules.finished(lookahead.c):
             state.done = True
         return new

@@ -7,6 +7,8 @@ prompt, the tokens generated before it and itself; generated token i sits at col
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from .lookahead import LookAhead, token_spans
@@ -55,7 +57,8 @@ def reencoded_received(planes: np.ndarray, diagonal: bool = False) -> np.ndarray
 
 
 def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_far: str, top_n: int,
-                     punctuation: bool = False, duplicates: bool = False) -> str:
+                     punctuation: bool = False, duplicates: bool = False,
+                     sentence: tuple[int, int] | None = None, flagged: Sequence[tuple[int, int]] = ()) -> str:
     """DRAGIN's QFS: the top-n real words (NOUN, ADJ, VERB, PROPN, NUM) of the question, the answer so
     far and the generated text before `token`, ranked by the attention `token` pays to them, joined in
     their original order (a word repeated keeps its best-attended occurrence).
@@ -63,15 +66,23 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
     The reference code's query differs in two ways, each a switch: `punctuation` keeps a word's
     punctuation, i.e. a real word is taken as the whitespace-delimited chunk it sits in ("1720.",
     "(Film)"; several real words in one chunk make one entry), and `duplicates` ranks every occurrence
-    of a word on its own, so a repeated word can appear more than once."""
+    of a word on its own, so a repeated word can appear more than once.
+
+    `sentence` (the fired sentence's character span in the look-ahead, `query_words: whole-sentence`)
+    takes the generated text up to the sentence's end instead of up to `token`, without the words that
+    overlap a `flagged` span: the DRAGIN reference's src/generate.py `AttnWeightRAG.keep_real_words`
+    ranks every real word of the question, the text so far and the whole current sentence except the
+    hallucinated ones. A word after `token` gets no attention from it (a token attends only to what
+    precedes it), so it ranks after every attended word, in its position's order."""
     c = lookahead.c
     row = np.asarray(c.attentions[token], dtype=np.float64)
     prompt_tokens = list(c.meta.get("prompt_tokens") or [])
     prompt_text = "".join(prompt_tokens)
     # One virtual text: the prompt's own (non-shared) tokens, then the generated tokens before `token`.
-    tokens = prompt_tokens + list(c.tokens[:token])
+    generated = token if sentence is None else len(c.tokens)
+    tokens = prompt_tokens + list(c.tokens[:generated])
     columns = [c.prompt_tokens - len(prompt_tokens) + k for k in range(len(prompt_tokens))] + \
-              [c.prompt_tokens + i for i in range(token)]
+              [c.prompt_tokens + i for i in range(generated)]
     spans = token_spans(tokens)
     regions = []
     q_at = prompt_text.rfind(question) if question else -1
@@ -81,22 +92,28 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
     if prefix and prompt_text.rstrip().endswith(prefix):
         end = len(prompt_text.rstrip())
         regions.append((end - len(prefix), end))
-    virtual = prompt_text + "".join(c.tokens[:token])
-    cut = len(virtual)
-    continues_word = token < len(c.tokens) and c.tokens[token][:1].isalnum()
-    while continues_word and cut > len(prompt_text) and virtual[cut - 1].isalnum():  # drop the word's start
-        cut -= 1
+    virtual = prompt_text + "".join(c.tokens[:generated])
+    excluded = [(len(prompt_text) + a, len(prompt_text) + b) for a, b in flagged]
+    if sentence is None:
+        cut = len(virtual)
+        continues_word = token < len(c.tokens) and c.tokens[token][:1].isalnum()
+        while continues_word and cut > len(prompt_text) and virtual[cut - 1].isalnum():  # drop the word's start
+            cut -= 1
+    else:
+        cut = len(prompt_text) + sentence[1]
     regions.append((len(prompt_text), cut))
     scored, seen = [], set()
     for start, end in regions:
         for word in real_words(virtual[start:end]):
             a, b = start + word.start, start + word.end
+            if any(a < e and b > s for s, e in excluded):
+                continue
             if punctuation:
                 a, b = _chunk(virtual, a, b, start, end)
                 if a in seen:  # a second real word of the same chunk
                     continue
                 seen.add(a)
-            weight = sum(row[columns[k]] for k, (s, e) in enumerate(spans) if s < b and e > a)
+            weight = sum(row[columns[k]] for k, (s, e) in enumerate(spans) if s < b and e > a and columns[k] < len(row))
             scored.append((weight, a, virtual[a:b]))
     if duplicates:
         candidates = scored

@@ -56,5 +56,5 @@ def refuse_calibration_questions(examples: Sequence, ids: frozenset, calibration
 
 def score_answers(examples: Sequence, answers: Sequence) -> list[dict[str, float]]:
     """EM, F1 and Acc of each answer as the score step would compute them from its run's predictions."""
-    return [score_answer(predicted(a.output, a.direct)[0], e.answers, e.answer_type)
+    return [score_answer(predicted(a.output, a.direct, a.extraction)[0], e.answers, e.answer_type)
             for e, a in zip(examples, answers)]

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .components import Detection
 
 KEEP = ("all", "first-sentence")
-FINISHED = ("stop", "eos")  # the model ended its answer (a stop string, or end of sequence)
 
 
 class QuestionState:
@@ -142,7 +141,7 @@ class DynamicMethod(Method):
         if self.settings["keep"] == "first-sentence" and lookahead.sentences:
             chars = lookahead.sentences[0].end
         new = state.keep(lookahead, chars)
-        if chars == len(lookahead.text) and lookahead.c.finish_reason in FINISHED:
+        if chars == len(lookahead.text) and self.rules.finished(lookahead.c):
             state.done = True
         return new
 
@@ -182,7 +181,7 @@ class TriggeredRetrieval(DynamicMethod):
                         break
             if fired is None:
                 state.keep(lookahead, len(lookahead.text))
-                state.done = c.finish_reason in FINISHED
+                state.done = self.rules.finished(c)
                 state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text)))
                 continue
             index, sentence, detection = fired
@@ -192,7 +191,7 @@ class TriggeredRetrieval(DynamicMethod):
             state.keep(lookahead, sentence.start)
             hits = self.retrieve(state, query)
             state.answer.steps.append(step_record("look-ahead", c, kept=sentence.start, sentence=index,
-                                                  detection=detection.record(), query=query,
+                                                  fired=sentence.text, detection=detection.record(), query=query,
                                                   retrieved=[h.id for h in hits], **self.trigger_record(state)))
             regenerate.append(state)
         if regenerate:

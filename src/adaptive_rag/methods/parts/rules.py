@@ -9,7 +9,19 @@ better), and another implementation's rules are reachable from params alone:
 - `stop`: the stop strings of every generation (null: the project's "\\n\\n" and "Question:"; [] for
   none, as the DRAGIN reference code, which runs each call to its token budget);
 - `end_of_turn`: `strip` the model's end-of-sequence token from the text (the default), or `keep` its
-  text at the end of every continuation that ended on it, as a decoder that keeps special tokens does;
+  text at the end of every continuation that ended on it, as a decoder that keeps special tokens does,
+  or `continue`: keep it and do not take it as the end of the answer, so the dynamic loop goes on
+  generating after it (the DRAGIN reference code, src/generate.py `TokenRAG.inference` and
+  `AttnWeightRAG.inference`, stops a question only on "the answer is", no growth or its budget);
+- `answer_extraction`: how the answer is read from the output and how the answer fallback completes
+  an output without one: `project` (evaluation/answer.py) or `dragin-code` (the reference's
+  src/eval.py `regenerate_answer` and src/data.py `get_real_prediction`: the output cut at
+  "Question:", " So the answer is " with its trailing space appended, no stop string, the answer
+  after the first "the answer is");
+- `template`: a prompt template for this method's chain-of-thought calls instead of the dataset's
+  (`builtin:<name>` or a file), where one dataset needs two layouts (the reference's FLARE prompt ends
+  "Answer: " with a space, its DRAGIN prompt "Answer:"); the answer fallback keeps the dataset's, as
+  the reference's evaluation builds it from the dataset's case for every method;
 - `lookahead` (the dynamic loop): how many tokens each call may generate: `remaining` (what is left
   of the budget), `full` (the whole budget every call, as the reference code), or a number;
 - `answer_check` (the dynamic loop): a question stops once its text says "the answer is" in `any-case`,
@@ -25,17 +37,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...evaluation.answer import EXTRACTIONS
 from ...prompts.fewshot import STOP_STRINGS
 
 if TYPE_CHECKING:
     from ...lm.base import Continuation
     from ...settings import Section
 
-END_OF_TURN = ("strip", "keep")
+END_OF_TURN = ("strip", "keep", "continue")
 LOOKAHEAD = ("remaining", "full")
 ANSWER_CHECKS = ("any-case", "exact-case")
 ANSWER_PHRASE = "the answer is"
-GENERATION_DEFAULTS: dict[str, Any] = {"stop": None, "end_of_turn": "strip"}  # every method of the loop family
+# every method of the loop family
+GENERATION_DEFAULTS: dict[str, Any] = {"stop": None, "end_of_turn": "strip", "answer_extraction": "project",
+                                       "template": None}
 LOOP_DEFAULTS: dict[str, Any] = {"lookahead": "remaining", "answer_check": "any-case"}  # the dynamic loop
 
 
@@ -52,7 +67,31 @@ def read_generation_rules(section: "Section") -> dict[str, Any]:
         rules["stop"] = stop
     if "end_of_turn" in section.data:
         rules["end_of_turn"] = section.str("end_of_turn", choices=END_OF_TURN)
+    if "answer_extraction" in section.data:
+        rules["answer_extraction"] = section.str("answer_extraction", choices=EXTRACTIONS)
+    if "template" in section.data:
+        rules["template"] = read_template(section)
     return rules
+
+
+def read_template(section: "Section") -> str | None:
+    """`template:` of a method: a prompt template spec, checked to exist (null: the dataset's)."""
+    from ...errors import InputError
+    from ...prompts.template import resolve_template
+
+    spec = section.raw("template")
+    if spec is None:
+        return None
+    if not isinstance(spec, str) or not spec:
+        raise section.fail("template", f"expected `builtin:<name>`, a file path or null (the dataset's), got {spec!r}")
+    try:
+        path = resolve_template(spec)
+    except InputError as exc:
+        raise section.fail("template", str(exc)) from None
+    if not path.is_file():
+        raise section.fail("template", f"{spec}: no such file (give a template file, schema in "
+                                       f"docs/configuration.md#prompt-templates)")
+    return spec
 
 
 def read_loop_rules(section: "Section") -> dict[str, Any]:
@@ -78,17 +117,26 @@ class Rules:
     end_of_turn: str = "strip"
     lookahead: str | int = "remaining"
     answer_check: str = "any-case"
+    answer_extraction: str = "project"
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> "Rules":
         stop = settings.get("stop")
         return cls(STOP_STRINGS if stop is None else tuple(stop), settings.get("end_of_turn", "strip"),
-                   settings.get("lookahead", "remaining"), settings.get("answer_check", "any-case"))
+                   settings.get("lookahead", "remaining"), settings.get("answer_check", "any-case"),
+                   settings.get("answer_extraction", "project"))
 
     @property
     def fallback_stop(self) -> tuple[str, ...]:
-        """The answer fallback writes one short phrase: the stop strings and the end of its line."""
-        return self.stop + ("\n",)
+        """The answer fallback writes one short phrase: the stop strings and the end of its line; with
+        `answer_extraction: dragin-code`, none (src/eval.py `regenerate_answer` stops only at the model's
+        end of sequence or its 20 tokens)."""
+        return () if self.answer_extraction == "dragin-code" else self.stop + ("\n",)
+
+    def finished(self, c: "Continuation") -> bool:
+        """Whether a continuation ended the answer: a stop string, or the end-of-sequence token unless
+        `end_of_turn: continue`."""
+        return c.finish_reason == "stop" or (c.finish_reason == "eos" and self.end_of_turn != "continue")
 
     def says_answer(self, text: str) -> bool:
         return ANSWER_PHRASE in (text if self.answer_check == "exact-case" else text.lower())
