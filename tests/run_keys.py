@@ -19,7 +19,8 @@ only SeaKR runs' keys moved.
 The SUGAR runs' keys of demo, shared and sugar were refreshed when SUGAR's settings changed what its runs
 compute (`condition_on_question` only for NLI judges, the `mean` rule's multi-step t2, empty samples);
 every other run kept its key.
-`self-rag.json` was written when the `self-rag` profile was added; every other profile's keys were the same.
+`self-rag.json` was written when the `self-rag` profile was added (every other profile's keys were the same), and again
+when `retrieve_rule` took the reference code's arithmetic as its default (only that profile's keys moved).
 `reference.json` was written when the `reference` profile and the settings it selects (answer extraction,
 `end_of_turn: continue`, `query_words`, `retrieval.query_max_tokens`, FLARE's `score_range` and
 `masking`, a method's `template`) were added; every other profile's keys were the same.

@@ -150,7 +150,7 @@ def run_self_rag(params, script=SCRIPT):
 
 
 def test_adaptive_retrieval_keeps_the_best_passage_and_answers_without_passages_below_the_threshold():
-    (retrieved, plain), lm, retriever = run_self_rag({"top_k": 2})
+    (retrieved, plain), lm, retriever = run_self_rag({"top_k": 2, "retrieve_rule": "probability"})
     assert [c["max_new_tokens"] for c in lm.calls] == [1, 100, 100]
     assert lm.calls[0] == {"prompts": [PROMPT_1, PROMPT_2], "max_new_tokens": 1, "stop": (),
                            "watch": (IDS[RETRIEVE], IDS[NO_RETRIEVE])}
@@ -188,7 +188,7 @@ def test_without_the_sequence_score_and_with_the_reference_rule():
 def test_a_tie_keeps_the_first_passage():
     """Line 197: a stable sort, so of two equal scores the first passage's generation is kept."""
     same = segment(["", "Pari", "", ""], PARIS.token_ids, [0.6, 0.8, 0.5, 0.4], PARIS.watched)
-    (retrieved, _), _, _ = run_self_rag({"top_k": 2}, {**SCRIPT, PROMPT_1 + passage(1, 1): PARIS,
+    (retrieved, _), _, _ = run_self_rag({"top_k": 2, "retrieve_rule": "probability"}, {**SCRIPT, PROMPT_1 + passage(1, 1): PARIS,
                                                        PROMPT_1 + passage(1, 2): same})
     assert retrieved.output == "Paris"
 
@@ -197,7 +197,7 @@ def test_a_tie_keeps_the_first_passage():
 def test_modes_skip_the_decision(mode, retrievals, calls):
     script = {PROMPT_1 + NO_RETRIEVE: PARIS, PROMPT_2 + NO_RETRIEVE: LYON,
               PROMPT_1 + passage(1, 1): PARIS, PROMPT_2 + passage(2, 1): LYON}
-    answers, lm, _ = run_self_rag({"top_k": 1, "mode": mode}, script)
+    answers, lm, _ = run_self_rag({"top_k": 1, "mode": mode, "retrieve_rule": "probability"}, script)
     assert [a.retrievals for a in answers] == retrievals and [a.output for a in answers] == ["Paris", "Lyon"]
     assert [c["max_new_tokens"] for c in lm.calls] == calls
     assert all(a.steps[0]["phase"] != "decide" for a in answers)
@@ -206,7 +206,7 @@ def test_modes_skip_the_decision(mode, retrievals, calls):
 def test_defaults_are_the_references():
     """README's QA command (threshold 0.2, seqscore, 100 tokens); the paper's weights 1, 1, 0.5."""
     assert settings_of(SelfRAG, {}, "methods.self-rag") == {
-        "mode": "adaptive", "threshold": 0.2, "retrieve_rule": "probability", "top_k": 3, "w_rel": 1.0,
+        "mode": "adaptive", "threshold": 0.2, "retrieve_rule": "reference-logprobs", "top_k": 3, "w_rel": 1.0,
         "w_sup": 1.0, "w_use": 0.5, "use_seqscore": True, "max_new_tokens": 100, "retriever": None}
 
 

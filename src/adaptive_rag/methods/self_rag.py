@@ -47,10 +47,12 @@ STRIPPED = (*REFLECTION_TOKENS, "[Continue to Use Evidence]", "</s>", "<|endofte
 SELF_RAG_MODEL = "selfrag/selfrag_llama2_7b"
 PROMPT = "### Instruction:\n{question}\n\n### Response:\n"  # utils.py's PROMPT_DICT["prompt_no_input"]
 MODES = ("adaptive", "always", "never")
-RETRIEVE_RULES = ("probability", "reference-logprobs")
+# The reference code's arithmetic first: it made the published Self-RAG numbers that the seed papers' tables
+# compare against (docs/reproducing-papers.md, "Self-RAG baseline"); `probability` is the paper's §3.3 text.
+RETRIEVE_RULES = ("reference-logprobs", "probability")
 
 
-def retrieve_score(logprob_retrieve: float, logprob_no: float, rule: str = "probability") -> float:
+def retrieve_score(logprob_retrieve: float, logprob_no: float, rule: str = RETRIEVE_RULES[0]) -> float:
     """What is compared with `threshold`. `probability` (the paper, §3.3): p([Retrieval]) / (p([Retrieval])
     + p([No Retrieval])). `reference-logprobs`: the same ratio of the log-probabilities themselves, which is
     what run_short_form.py's `call_model_rerank_w_scores_batch` computes (its `score_dict` holds vLLM's
@@ -142,7 +144,7 @@ class SelfRAG(Method):
         return {
             "mode": section.str("mode", "adaptive", MODES),
             "threshold": section.float("threshold", 0.2, minimum=0.0, maximum=1.0),  # README: --threshold 0.2
-            "retrieve_rule": section.str("retrieve_rule", "probability", RETRIEVE_RULES),
+            "retrieve_rule": section.str("retrieve_rule", RETRIEVE_RULES[0], RETRIEVE_RULES),
             "top_k": section.int("top_k", 3, minimum=1),
             "w_rel": section.float("w_rel", 1.0, minimum=0.0),
             "w_sup": section.float("w_sup", 1.0, minimum=0.0),
