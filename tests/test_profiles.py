@@ -56,7 +56,7 @@ def test_self_rag_profile_runs_the_self_rag_model_on_the_comparisons_questions()
     p = load_params(REPO / "params" / "self-rag.yaml")
     assert (p.model.source, p.model.backend, p.experiment_methods) == ("selfrag/selfrag_llama2_7b", "hf", ["self-rag"])
     assert p.method("self-rag").settings == {
-        "mode": "adaptive", "threshold": 0.2, "retrieve_rule": "probability", "top_k": 3, "w_rel": 1.0,
+        "mode": "adaptive", "threshold": 0.2, "retrieve_rule": "reference-logprobs", "top_k": 3, "w_rel": 1.0,
         "w_sup": 1.0, "w_use": 0.5, "use_seqscore": True, "max_new_tokens": 100, "retriever": None}
     seakr, sugar = load_params(REPO / "params" / "seakr.yaml"), load_params(REPO / "params" / "sugar.yaml")
     for name in seakr.experiment_datasets:

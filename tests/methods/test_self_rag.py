@@ -188,8 +188,8 @@ def test_without_the_sequence_score_and_with_the_reference_rule():
 def test_a_tie_keeps_the_first_passage():
     """Line 197: a stable sort, so of two equal scores the first passage's generation is kept."""
     same = segment(["", "Pari", "", ""], PARIS.token_ids, [0.6, 0.8, 0.5, 0.4], PARIS.watched)
-    (retrieved, _), _, _ = run_self_rag({"top_k": 2, "retrieve_rule": "probability"}, {**SCRIPT, PROMPT_1 + passage(1, 1): PARIS,
-                                                       PROMPT_1 + passage(1, 2): same})
+    script = {**SCRIPT, PROMPT_1 + passage(1, 1): PARIS, PROMPT_1 + passage(1, 2): same}
+    (retrieved, _), _, _ = run_self_rag({"top_k": 2, "retrieve_rule": "probability"}, script)
     assert retrieved.output == "Paris"
 
 
