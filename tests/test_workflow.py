@@ -356,8 +356,8 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
             assert 1 <= row["multi"]["retrievals"] <= 2 and {"em", "f1", "acc"} <= set(row["multi"])
         for signal in ("se", "pe"):
             assert set(calibration["thresholds"][signal]) == {"calibrated", "mean", "mean-single"}
-            t1, t2 = calibration["thresholds"][signal]["mean"]  # mean, mean + standard deviation
-            assert t2 >= t1 and calibration["thresholds"][signal]["mean-single"] == [t1, None]
+            t1, t2 = calibration["thresholds"][signal]["mean"]  # the mean, the best t2 above it
+            assert (t2 is None or t2 >= t1) and calibration["thresholds"][signal]["mean-single"] == [t1, None]
         ses = [row["se"] for row in calibration["per_question"]]
         assert calibration["mean_se"] == pytest.approx(sum(ses) / 2)
     # one sampling, the same numbers: a configuration's signal and rule do not change its calibration

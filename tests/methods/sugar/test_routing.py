@@ -51,18 +51,22 @@ def test_ties_go_to_fewer_retrievals_then_to_the_larger_thresholds():
 
 
 def test_the_mean_rule_is_table_three_with_multi_step():
-    """Table III (SUGAR §III-D) sets the thresholds "to the average values", and its PE rows take 1.04 and
-    1.36 retrieval steps, more than single-step retrieval's 1.00: some questions went to multi-step, so
-    t2 is finite. t1 = mean, t2 = mean + population standard deviation. By hand for 0.1, 0.5, 0.8, 1.2:
-    mean 0.65; squared deviations 0.3025 + 0.0225 + 0.0225 + 0.3025 = 0.65, / 4 = 0.1625, sqrt 0.403113;
-    t2 = 1.053113. Routed: none, none, single, multi: 0 + 0 + 1 + 4 = 5 steps over 4 questions, 1.25."""
-    t1, t2 = mean_rule(VALUES)
-    assert (t1, t2) == (pytest.approx(0.65), pytest.approx(1.053113, abs=1e-6))
-    assert [route(v, t1, t2) for v in VALUES] == ["none", "none", "single", "multi"]
+    """Table III (SUGAR §IV-D) sets "the single-hop SUGAR thresholds to the average values", and its PE rows
+    take 1.04 and 1.36 retrieval steps, more than single-step retrieval's 1.00: some questions went to
+    multi-step. t1 = the mean; t2 as the paper finds thresholds (§IV-A: best effectiveness on held-out
+    questions) with t1 held. By hand for 0.1, 0.5, 0.8, 1.2: mean 0.65, so q1 and q2 go to no retrieval
+    (Acc 1 + 0). t2 = 0.65: q3 and q4 multi (Acc 1 + 0), Acc 2/4, steps 0 + 0 + 3 + 4 = 7; t2 = 0.8:
+    q3 single, q4 multi, Acc 1/4; t2 = 1.2 or infinity: both single, Acc 1/4. Best: t2 = 0.65, 1.75 steps
+    per question."""
+    t1, t2 = mean_rule(VALUES, ACC, STEPS)
+    assert (t1, t2) == (pytest.approx(0.65), pytest.approx(0.65))
+    assert [route(v, t1, t2) for v in VALUES] == ["none", "none", "multi", "multi"]
     steps = sum(STEPS[i][["none", "single", "multi"].index(route(v, t1, t2))] for i, v in enumerate(VALUES))
-    assert steps / len(VALUES) == 1.25  # above 1: the Step column Table III prints for its PE rows
-    # an undefined value is left out: mean 0.4, deviations 0.1 each way, t2 = 0.5
-    assert mean_rule([0.3, math.inf, 0.5]) == [pytest.approx(0.4), pytest.approx(0.5)]
+    assert steps / len(VALUES) == 1.75  # above 1: the Step column Table III prints for its PE rows
+    # an undefined value is left out of the mean (0.4); nothing is ever right, so the cheapest t2 wins: with
+    # infinity both values above the mean take one retrieval (2), with t2 = 0.4 or 0.5 the undefined one two
+    nothing = [[0, 0, 0]] * 3
+    assert mean_rule([0.3, math.inf, 0.5], nothing, [[0, 1, 2]] * 3) == [pytest.approx(0.4), None]
 
 
 def test_the_mean_single_rule_never_routes_to_multi_step():

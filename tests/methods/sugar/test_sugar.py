@@ -623,9 +623,9 @@ def test_calibration_samples_once_and_scores_every_branch_of_every_question():
     # (0 retrievals); t2 = 0.611 and t2 = inf route the same, ties go to the larger t2.
     se = record["thresholds"]["se"]
     assert se["calibrated"] == [pytest.approx(0.325083, abs=1e-6), None]
-    # mean rule: t1 = (0.325083 + 0.610864) / 2 = 0.467974; two values sit half their gap (0.142891) from
-    # their mean, so t2 = 0.467974 + 0.142891 = 0.610864; mean-single: no t2
-    assert se["mean"] == [pytest.approx(0.467974, abs=1e-6), pytest.approx(0.610864, abs=1e-6)]
+    # mean rule: t1 = (0.325083 + 0.610864) / 2 = 0.467974 sends c1 to none (right); of t2 = t1 (c2 multi,
+    # wrong), 0.610864 and infinity (c2 single, right, the same routing) the larger ties win: no multi-step
+    assert se["mean"] == [pytest.approx(0.467974, abs=1e-6), None]
     assert se["mean-single"] == [se["mean"][0], None]
     assert record["mean_se"] == se["mean"][0]
     best = max(record["grid"]["se"], key=lambda row: row["acc"])
@@ -653,7 +653,10 @@ def test_runs_read_their_rule_and_signal_from_the_calibration_file(tmp_path):
     calibrated = from_file(path, {"thresholds": "calibrated"})
     assert (calibrated.t1, calibrated.t2) == (record["thresholds"]["se"]["calibrated"][0], math.inf)
     pe_mean = from_file(path, {"thresholds": "mean", "signal": "pe"})
-    assert [pe_mean.t1, pe_mean.t2] == record["thresholds"]["pe"]["mean"] and pe_mean.t2 < math.inf
+    assert record["thresholds"]["pe"]["mean"] == [pe_mean.t1, None] and pe_mean.t2 == math.inf
+    record["thresholds"]["pe"]["mean"] = [pe_mean.t1, 0.5]  # a multi-step threshold is read as written
+    assert from_file(write_calibration(tmp_path, record), {"thresholds": "mean", "signal": "pe"}).t2 == 0.5
+    path = write_calibration(tmp_path, calibrated_record()[1])
     pe_single = from_file(path, {"thresholds": "mean-single", "signal": "pe"})
     assert (pe_single.t1, pe_single.t2) == (pe_mean.t1, math.inf)
     pe_at_se = from_file(path, {"thresholds": "mean", "signal": "pe", "threshold_signal": "se"})
@@ -686,6 +689,10 @@ def test_a_calibration_made_with_other_settings_or_unreadable_is_refused(tmp_pat
     path.write_text("{}")
     with pytest.raises(InputError, match=r"not a readable SUGAR calibration .*\(snakemake --cores all "):
         from_file(path, {"thresholds": "calibrated"})
+    # a file whose `mean` was another rule (t2 from the spread) has the same keys: its version says so
+    path = write_calibration(tmp_path, {**record, "rules_version": 2})
+    with pytest.raises(InputError, match=r"threshold rules are not this version's .*version 2.*calibrate again"):
+        from_file(path, {"thresholds": "mean"})
 
 
 def test_the_calibration_file_is_an_input_per_evaluated_dataset():

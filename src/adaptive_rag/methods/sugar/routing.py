@@ -11,9 +11,9 @@ been both thresholds. Both rules are here, on the per-question answers of all th
   Acc of the answers it would route to, and the number of retrievals they cost;
 - `best`: the highest Acc; ties go to the cheaper routing (fewer retrievals, then the larger t1 and t2,
   which send unseen values to the cheaper branch);
-- `mean_rule`: t1 = the mean of the signal, t2 = the mean plus one (population) standard deviation:
-  the mean is the average the paper names, the spread puts the highly uncertain tail above t2 to
-  multi-step retrieval, as Table III's Step column requires;
+- `mean_rule`: t1 = the mean of the signal (the paper: "we set the single-hop SUGAR thresholds to the
+  average values"), t2 found as the paper finds its thresholds, the best Acc on the calibration split
+  with t1 held at the mean (so multi-step stays reachable, as Table III's Step column requires);
 - `mean_single_rule`: t1 = the mean, t2 = infinity (no multi-step; the other reading, which cannot
   give a Step above 1).
 
@@ -57,6 +57,12 @@ def search(values: Sequence[float], acc: Sequence[Sequence[float]],
     """One row per (t1, t2): the mean Acc and mean retrievals of routing question i with `values[i]` to
     branch b, whose answer scored `acc[i][b]` after `steps[i][b]` retrievals (b in BRANCHES order).
     t2 also takes infinity (no multi-step), stored as None."""
+    places = cuts(values)
+    return [row for i, t1 in enumerate(places) for row in _routed(values, acc, steps, t1, places[i:])]
+
+
+def _routed(values, acc, steps, t1: float, t2s: Sequence[float]) -> list[dict]:
+    """The rows of `search` for one t1 and the given t2 places (infinity added)."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
@@ -64,17 +70,15 @@ def search(values: Sequence[float], acc: Sequence[Sequence[float]],
     n = len(v)
     if n == 0:
         raise ValueError("no calibration values to search thresholds on")
-    places = cuts(values)
+    none = v <= t1
     rows = []
-    for i, t1 in enumerate(places):
-        none = v <= t1
-        for t2 in [*places[i:], math.inf]:
-            single = ~none & (v <= t2)
-            branch = np.where(none, 0, np.where(single, 1, 2))
-            chosen = np.arange(n), branch
-            rows.append({"t1": t1, "t2": None if t2 == math.inf else t2,
-                         "acc": float(a[chosen].sum()) / n, "steps": float(s[chosen].sum()) / n,
-                         **{name: int((branch == k).sum()) for k, name in enumerate(BRANCHES)}})
+    for t2 in [*t2s, math.inf]:
+        single = ~none & (v <= t2)
+        branch = np.where(none, 0, np.where(single, 1, 2))
+        chosen = np.arange(n), branch
+        rows.append({"t1": t1, "t2": None if t2 == math.inf else t2,
+                     "acc": float(a[chosen].sum()) / n, "steps": float(s[chosen].sum()) / n,
+                     **{name: int((branch == k).sum()) for k, name in enumerate(BRANCHES)}})
     return rows
 
 
@@ -88,25 +92,27 @@ def best(rows: list[dict]) -> list:
     return [chosen["t1"], chosen["t2"]]
 
 
-def mean_rule(values: Sequence[float]) -> list:
-    """[mean, mean + standard deviation] of the finite values: Table III's thresholds with multi-step."""
-    mean, spread = _mean_and_spread(values)
-    return [mean, mean + spread]
+def mean_rule(values: Sequence[float], acc: Sequence[Sequence[float]], steps: Sequence[Sequence[float]]) -> list:
+    """[mean of the finite values, t2]: §IV-D's Table III sets "the single-hop SUGAR thresholds to the
+    average values", so t1 is the average; the multi-step threshold is found as the paper finds its
+    thresholds (§IV-A: the best effectiveness on held-out questions), by `best` over t2 = t1 (everything
+    above the mean to multi-step), each cut above it and infinity."""
+    t1 = _mean(values)
+    return best(_routed(values, acc, steps, t1, [t1, *(c for c in cuts(values) if c > t1)]))
 
 
-def mean_single_rule(values: Sequence[float]) -> list:
+def mean_single_rule(values: Sequence[float], acc=None, steps=None) -> list:
     """[mean of the finite values, None]: t1 at the average, no multi-step branch."""
-    return [_mean_and_spread(values)[0], None]
+    return [_mean(values), None]
 
 
-def _mean_and_spread(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and population standard deviation of the finite values (an infinite value is a question
-    with no defined entropy, `sugar.Assessment`: it has no place in an average)."""
+def _mean(values: Sequence[float]) -> float:
+    """Mean of the finite values (an infinite value is a question with no defined entropy,
+    `sugar.Assessment`: it has no place in an average)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         raise ValueError("no finite calibration values to average")
-    mean = sum(finite) / len(finite)
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))
+    return sum(finite) / len(finite)
 
 
 def quantiles(values: Sequence[float]) -> dict[str, float]:

@@ -56,6 +56,9 @@ from ..registry import register
 SIGNALS = ("se", "pe")
 # threshold rules read off a calibration file, and how each is computed from a signal's values there
 RULES = {"calibrated": None, "mean": mean_rule, "mean-single": mean_single_rule}
+# What the rules compute, as a calibration file records it: a file written by another definition of them
+# (before `mean-single` existed, or when `mean` took t2 from the spread) is refused, not read as these.
+RULES_VERSION = 3
 CALIBRATED = tuple(RULES)
 DEFAULT_CALIBRATION = "{dataset}-calib"
 # the NLI model of Kuhn et al.'s code (code/get_semantic_similarities.py:42); offline runs name another judge
@@ -173,9 +176,10 @@ class Sugar(Method):
                 raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {mine!r} (a "
                                  f"per_dataset preset?); calibrate with the settings the run uses")
             rules = data["thresholds"][self.settings["threshold_signal"]]
-            if set(rules) != set(RULES):
-                raise InputError(f"{path}: has threshold rules {sorted(rules)}, not {sorted(RULES)} (written "
-                                 f"before `mean` had a multi-step threshold); calibrate again")
+            if set(rules) != set(RULES) or data.get("rules_version") != RULES_VERSION:
+                raise InputError(f"{path}: its threshold rules are not this version's ({sorted(rules)}, version "
+                                 f"{data.get('rules_version')}; `mean` now takes t2 from the calibration's best Acc); "
+                                 "calibrate again")
             t1, t2 = rules[rule]
             return float(t1), math.inf if t2 is None else float(t2), frozenset(data["ids"])
 
@@ -379,21 +383,22 @@ class Sugar(Method):
         """Both signals' grids and both rules' thresholds, so one file serves SE and PE configurations."""
         acc = [[row[name]["acc"] for name in BRANCHES] for row in rows]
         steps = [[row[name]["retrievals"] for name in BRANCHES] for row in rows]
-        record = {"settings": calibrated_settings(self.settings), "per_question": rows, "grid": {},
+        record = {"settings": calibrated_settings(self.settings), "rules_version": RULES_VERSION,
+                  "per_question": rows, "grid": {},
                   "thresholds": {}, "quantiles": {},
                   "branches": {name: {metric: sum(row[name][metric] for row in rows) / len(rows)
                                       for metric in ("em", "f1", "acc", "retrievals")} for name in BRANCHES}}
         for signal in SIGNALS:
             values = [math.inf if row[signal] is None else row[signal] for row in rows]
             record["grid"][signal] = search(values, acc, steps)
-            record["thresholds"][signal] = {rule: best(record["grid"][signal]) if rule_of is None else rule_of(values)
-                                            for rule, rule_of in RULES.items()}
+            record["thresholds"][signal] = {rule: best(record["grid"][signal]) if rule_of is None
+                                            else rule_of(values, acc, steps) for rule, rule_of in RULES.items()}
             record["quantiles"][signal] = quantiles(values)
             record[f"mean_{signal}"] = record["thresholds"][signal]["mean"][0]
         record["note"] = ("value <= t1: no retrieval; <= t2: single-step; above: IRCoT (t2 null: never); a null value "
                           "(an empty sample) is above every threshold. calibrated: the (t1, t2) of highest mean Acc "
-                          "of the routed answers, ties to fewer retrievals; mean: t1 = the mean of the signal, t2 = "
-                          "the mean plus one standard deviation (the paper's Table III); mean-single: t1 = the mean, "
+                          "of the routed answers, ties to fewer retrievals; mean: t1 = the mean of the signal (the "
+                          "paper's Table III), t2 the best Acc with t1 there; mean-single: t1 = the mean, "
                           "no multi-step. branches: each branch's scores had every question gone there")
         return record
 
