@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from .base import Answer, Method
-from .parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
+from .parts.calibrated import load_calibration, refuse_calibration_questions, refuse_other_settings, score_answers
 from .parts.rules import read_generation_rules
 from .registry import register
 
@@ -81,12 +81,7 @@ class AdaptiveRetrieval(Method):
         path = Path(self.ctx.inputs.get("calibration", ""))
 
         def read(data: dict) -> tuple[float, frozenset]:
-            mine = calibrated_settings(self.settings)
-            differ = sorted((k, data["settings"].get(k), v) for k, v in mine.items() if data["settings"].get(k) != v)
-            if differ:
-                key, theirs, ours = differ[0]
-                raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {ours!r}; "
-                                 f"calibrate with the settings the run uses")
+            refuse_other_settings(path, data["settings"], calibrated_settings(self.settings))
             return float(data["thresholds"][self.settings["calibration_cuts"]]), frozenset(data["ids"])
 
         return load_calibration(path, "Adaptive Retrieval", read)

@@ -46,6 +46,16 @@ def load_calibration(path: Path, what: str, read: Callable[[dict], Any]) -> Any:
                          f"(snakemake --cores all {path})") from None
 
 
+def refuse_other_settings(path: Path, recorded: dict, mine: dict) -> None:
+    """A calibration made with other settings than the run's (a per_dataset preset, an edited method)
+    would give a threshold for another configuration: refuse it, naming the first key that differs."""
+    differ = sorted((k, recorded.get(k), v) for k, v in mine.items() if recorded.get(k) != v)
+    if differ:
+        key, theirs, ours = differ[0]
+        raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {ours!r} (a per_dataset "
+                         f"preset?); calibrate with the settings the run uses")
+
+
 def refuse_calibration_questions(examples: Sequence, ids: frozenset, calibration_dataset: str) -> None:
     leaked = [e.id for e in examples if e.id in ids]
     if leaked:

@@ -47,7 +47,7 @@ from ...prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, bui
 from ...settings import Section, show
 from ..base import Answer, Method, count_sentences, step_record
 from ..fs_rag import FixedSentenceRetrieval
-from ..parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
+from ..parts.calibrated import load_calibration, refuse_calibration_questions, refuse_other_settings, score_answers
 from .entailment import load_judge, parse_judge
 from .routing import BRANCHES, best, mean_rule, mean_single_rule, quantiles, route, search
 from .semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_entropy, sequence_loglik
@@ -169,12 +169,7 @@ class Sugar(Method):
         path = Path(self.ctx.inputs.get("calibration", ""))
 
         def read(data: dict) -> tuple[float, float, frozenset]:
-            differ = {k: (data["settings"].get(k), v) for k, v in calibrated_settings(self.settings).items()
-                      if data["settings"].get(k) != v}
-            if differ:
-                key, (theirs, mine) = sorted(differ.items())[0]
-                raise InputError(f"{path}: calibrated with {key} {theirs!r}, but this run has {mine!r} (a "
-                                 f"per_dataset preset?); calibrate with the settings the run uses")
+            refuse_other_settings(path, data["settings"], calibrated_settings(self.settings))
             rules = data["thresholds"][self.settings["threshold_signal"]]
             if set(rules) != set(RULES) or data.get("rules_version") != RULES_VERSION:
                 raise InputError(f"{path}: its threshold rules are not this version's ({sorted(rules)}, version "
