@@ -10,6 +10,7 @@ Usage: python benchmarks/engine_profile.py [--questions 16] [--batch-size 8] [--
                                           [--threads 2] [--model-dir DIR] [--device cpu|cuda]
                                           [--dtype float32|bfloat16|float16] [--random-init SHAPE]
                                           [--attention fast|eager] [--cuda-graphs]
+                                          [--kernels default|fused|modules]
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def main() -> None:
     events = prof.key_averages()
     device_us = sum(e.self_device_time_total for e in events) if cuda else 0
     print(f"\n{args.questions} questions, {model_name(args)} {args.dtype} on {args.device}, batch {args.batch_size}, "
-          f"attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}, extras {args.extras}: "
+          f"attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}, {args.kernels} kernels, "
+          f"extras {args.extras}: "
           f"{wall:.2f} s, {kept} kept tokens, {kept / wall:.1f} kept tokens/s"
           + (f"; kernels ran {device_us / 1e6:.2f} s ({100 * device_us / 1e6 / wall:.0f} % of the wall time)"
              if cuda else "") + "\n")

@@ -43,6 +43,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, threads: int = 2) -> No
     parser.add_argument("--attention", choices=["fast", "eager"], default="fast",
                         help="the engine's attention path (model.attention)")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture decode steps as CUDA graphs")
+    parser.add_argument("--kernels", choices=["default", "fused", "modules"], default="default",
+                        help="the fast path's layers: fused products and fewer kernels, or the model's modules "
+                             "one by one (default: fused on a GPU, modules on the CPU)")
 
 
 def require_model(model_dir: Path) -> None:
@@ -56,7 +59,7 @@ def model_argv(args) -> list[str]:
     return ["--threads", str(args.threads), "--model-dir", str(args.model_dir), "--device", args.device,
             "--dtype", args.dtype, "--attention", args.attention,
             *(["--random-init", args.random_init] if args.random_init else []),
-            *(["--cuda-graphs"] if args.cuda_graphs else [])]
+            *(["--cuda-graphs"] if args.cuda_graphs else []), "--kernels", args.kernels]
 
 
 def model_name(args) -> str:
@@ -99,7 +102,8 @@ def engine(args, batch_size: int, seed: int = 0):
 
     loaded = load_model(args, "eager") if args.random_init else None
     return HFModel(args.model_dir if not args.random_init else Path(f"random-{args.random_init}"), args.dtype,
-                   args.device, args.threads, seed, batch_size, args.attention, args.cuda_graphs, loaded=loaded)
+                   args.device, args.threads, seed, batch_size, args.attention, args.cuda_graphs, loaded=loaded,
+                   fused_kernels=None if args.kernels == "default" else args.kernels == "fused")
 
 
 def weight_bytes(model) -> int:

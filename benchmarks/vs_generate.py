@@ -24,7 +24,8 @@ Usage: python benchmarks/vs_generate.py [--method wo-rag|sr-rag] [--questions 32
                                         [--threads 2] [--model-dir DIR] [--device cpu|cuda]
                                         [--dtype float32|bfloat16|float16] [--random-init llama-2-7b]
                                         [--attention fast|eager] [--cuda-graphs] [--max-new-tokens 100]
-                                        [--extras none|dragin]
+                                        [--extras none|dragin] [--kernels default|fused|modules]
+                                        [--modes engine generate]
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ def main() -> None:
     add_model_arguments(parser)
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        help="what to measure (default: both; the engine alone when comparing its own settings)")
     args = parser.parse_args()
     if args.child:
         return child(args)
@@ -162,29 +165,31 @@ def main() -> None:
             sys.exit(f"error: {mode} at batch {batch_size} failed:\n{out.stderr[-3000:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    runs = {(mode, b): measure(mode, b) for b in args.batch_sizes for mode in MODES}
-    reference = runs[("engine", args.batch_sizes[0])]["tokens"]
+    modes = [m for m in MODES if m in args.modes]
+    runs = {(mode, b): measure(mode, b) for b in args.batch_sizes for mode in modes}
+    first = runs[(modes[0], args.batch_sizes[0])]
+    reference = first["tokens"]
     gpu = args.device.startswith("cuda")
-    first = runs[("engine", args.batch_sizes[0])]
     print(f"\n{args.questions} demo questions ({args.method} prompts, chat format), {model_name(args)} {args.dtype} "
           f"on {args.device}{'' if gpu else f', {args.threads} threads'}, greedy, at most {args.max_new_tokens} new "
-          f"tokens; engine attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}"
+          f"tokens; engine attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}, "
+          f"{args.kernels} kernels"
           f"{', with entropies and last-layer attention rows (DRAGIN)' if args.extras == 'dragin' else ''}; a decode "
           f"step reads {first['weight_bytes'] / 1e9:.2f} GB of weights, measured copy bandwidth "
           f"{first['bandwidth'] / 1e9:.1f} GB/s: at most {first['bandwidth'] / first['weight_bytes']:.1f} "
           f"steps/s\n")
     print("| batch | implementation | seconds | kept tokens | kept tokens/s | engine speed-up | % of bandwidth bound | "
           f"forward tokens per kept token | peak RSS (MB) |{' peak GPU (MB) |' if gpu else ''} same output as "
-          f"engine batch {args.batch_sizes[0]} |")
+          f"{'engine' if modes[0] == 'engine' else 'generate'} batch {args.batch_sizes[0]} |")
     print("|---|---|---|---|---|---|---|---|---|" + ("---|" if gpu else "") + "---|")
     for b in args.batch_sizes:
         rate = {}
-        for mode in MODES:
+        for mode in modes:
             r = runs[(mode, b)]
             kept = sum(len(t) for t in r["tokens"])
             rate[mode] = kept / r["seconds"]
             same = sum(a == c for a, c in zip(r["tokens"], reference))
-            speed = f"{rate['engine'] / rate['generate']:.2f}x" if mode == "generate" else ""
+            speed = f"{rate['engine'] / rate['generate']:.2f}x" if mode == "generate" and "engine" in rate else ""
             name = "this engine" if mode == "engine" else "transformers generate"
             bound = b * r["bandwidth"] / r["weight_bytes"]
             print(f"| {b} | {name} | {r['seconds']:.1f} | {kept} | {rate[mode]:.1f} | {speed} | "

@@ -57,6 +57,12 @@ def fast(lively_dir):
 
 
 @pytest.fixture(scope="module")
+def fused(lively_dir):
+    """The fused layers (one q|k|v and one gate|up product, fewer kernels), the CUDA default, on the CPU."""
+    return HFModel(lively_dir, batch_size=3, fused_kernels=True)
+
+
+@pytest.fixture(scope="module")
 def eager(lively_dir):
     return HFModel(lively_dir, batch_size=3, attention="eager")
 
@@ -91,34 +97,39 @@ def assert_same(a, b, extras=Extras()):
 @pytest.mark.parametrize("extras", [Extras(), Extras(entropy=True, attention_layer=-1, hidden_layer=1, logsumexp=True),
                                     Extras(attention_layer=0, hidden_layer=-1), Extras(hidden_layer=0)],
                          ids=["plain", "dragin-like", "first-layer-attention", "embeddings"])
-def test_greedy_fast_path_equals_the_eager_path(fast, eager, fmt, extras):
+def test_greedy_fast_path_equals_the_eager_path(fast, fused, eager, fmt, extras):
     batch = prompts(fmt)
-    assert_same(fast.generate(batch, 12, extras=extras), eager.generate(batch, 12, extras=extras), extras)
+    expected = eager.generate(batch, 12, extras=extras)
+    assert_same(fast.generate(batch, 12, extras=extras), expected, extras)
+    assert_same(fused.generate(batch, 12, extras=extras), expected, extras)
 
 
-def test_stop_strings_end_rows_the_same_way(fast, eager):
+@pytest.mark.parametrize("kernels", ["modules", "fused"])
+def test_stop_strings_end_rows_the_same_way(fast, fused, eager, kernels):
     batch = prompts("raw")
     extras = Extras(attention_layer=-1)  # a finished row is fed once more for its last token's row
-    out = fast.generate(batch, 16, STOPS, extras)
+    out = (fast if kernels == "modules" else fused).generate(batch, 16, STOPS, extras)
     assert {c.finish_reason for c in out} == {"stop", "length"}
     assert_same(out, eager.generate(batch, 16, STOPS, extras), extras)
 
 
 @pytest.mark.parametrize("source", ["mlp", "residual"])
-def test_sampling_and_final_states_equal_the_eager_path(fast, eager, source):
+def test_sampling_and_final_states_equal_the_eager_path(fast, fused, eager, source):
     params = SamplingParams(n=5, seed=3, temperature=1.0, top_k=50, top_p=0.9)
     extras = Extras(final_layers=(1, 2), final_source=source)
     for prompt in prompts("chat")[:3]:
-        assert_same(fast.sample(prompt, params, 8, STOPS, extras), eager.sample(prompt, params, 8, STOPS, extras),
-                    extras)
+        expected = eager.sample(prompt, params, 8, STOPS, extras)
+        assert_same(fast.sample(prompt, params, 8, STOPS, extras), expected, extras)
+        assert_same(fused.sample(prompt, params, 8, STOPS, extras), expected, extras)
 
 
-def test_continuous_batching_equals_one_prompt_at_a_time(lively_dir, fast):
+@pytest.mark.parametrize("kernels", ["modules", "fused"])
+def test_continuous_batching_equals_one_prompt_at_a_time(lively_dir, fast, fused, kernels):
     """7 prompts over 3 rows (rows leave and waiting prompts join mid-call) against 7 calls of one row."""
-    single = HFModel(lively_dir, batch_size=1)
+    single = HFModel(lively_dir, batch_size=1, fused_kernels=kernels == "fused")
     batch = prompts("chat")
     extras = Extras(entropy=True, attention_layer=-1)
-    together = fast.generate(batch, 16, STOPS, extras)
+    together = (fast if kernels == "modules" else fused).generate(batch, 16, STOPS, extras)
     assert len({len(c.token_ids) for c in together}) > 2  # rows really finish at different steps
     alone = [single.generate([p], 16, STOPS, extras)[0] for p in batch]
     assert_same(together, alone, extras)
@@ -139,10 +150,12 @@ def test_a_prompt_with_no_shared_part_after_one_with_a_shared_prefix(fast, eager
     assert_same([fast.generate([p], 8)[0] for p in batch], [eager.generate([p], 8)[0] for p in batch])
 
 
-def test_static_shapes_give_the_dynamic_results(lively_dir, fast):
-    """The padded, fixed-shape step a CUDA graph would record (run here without capture)."""
+@pytest.mark.parametrize("kernels", ["modules", "fused"])
+def test_static_shapes_give_the_dynamic_results(lively_dir, fast, kernels):
+    """The padded, fixed-shape step a CUDA graph would record (run here without capture), with the
+    module-by-module layers and with the fused ones (what a GPU runs)."""
     static = HFModel(lively_dir, batch_size=3)
-    static.decoder = FastDecoder(static.model, static=True)
+    static.decoder = FastDecoder(static.model, static=True, fused=kernels == "fused")
     extras = Extras(entropy=True, attention_layer=-1, hidden_layer=1)
     batch = prompts("chat")
     assert_same(static.generate(batch, 12, STOPS, extras), fast.generate(batch, 12, STOPS, extras), extras)
@@ -189,8 +202,10 @@ def test_the_attention_row_is_computed_only_for_the_layer_asked(fast, monkeypatc
     assert asked == [index == layers - 1 for index in range(layers)] * (len(asked) // layers)
 
 
-def test_grouped_query_attention_reads_the_shared_prefix_in_place():
-    """cascade_attention equals softmax(q k^T * scale) v over [prefix | own] with heads repeated."""
+@pytest.mark.parametrize("fused", [False, True], ids=["modules", "fused"])
+def test_grouped_query_attention_reads_the_shared_prefix_in_place(fused):
+    """cascade_attention equals softmax(q k^T * scale) v over [prefix | own] with heads repeated, with
+    masks given as additive biases (0 / -inf), and the fused form (scale and bias inside `baddbmm`) too."""
     import torch
 
     torch.manual_seed(0)
@@ -199,7 +214,8 @@ def test_grouped_query_attention_reads_the_shared_prefix_in_place():
     pk, pv = torch.randn(kv_heads, prefix, d), torch.randn(kv_heads, prefix, d)
     ok, ov = torch.randn(rows, kv_heads, own, d), torch.randn(rows, kv_heads, own, d)
     valid = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
-    out, probs = cascade_attention(q, pk, pv, ok, ov, valid, 0.3, True)
+    own_bias = torch.zeros(rows, kv_heads, 1, own).masked_fill(~valid[:, None, None], float("-inf"))
+    out, probs = cascade_attention(q, pk, pv, ok, ov, own_bias, 0.3, True, torch.zeros(prefix), fused)
     for r in range(rows):
         n = int(valid[r].sum())
         keys = torch.cat([pk, ok[r, :, :n]], dim=1).repeat_interleave(heads // kv_heads, 0)
@@ -209,8 +225,9 @@ def test_grouped_query_attention_reads_the_shared_prefix_in_place():
         torch.testing.assert_close(probs[r].reshape(heads, -1)[:, :prefix + n], weights[:, 0], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kernels", ["modules", "fused"])
 @pytest.mark.parametrize("kind", ["mistral", "qwen2", "qwen3"])
-def test_other_llama_family_decoders_run_on_the_fast_path(tmp_path, tiny_llama_dir, kind):
+def test_other_llama_family_decoders_run_on_the_fast_path(tmp_path, tiny_llama_dir, kind, kernels):
     """Mistral (its own config), Qwen2 (q/k/v biases), Qwen3 (per-head q/k norms), randomly initialised."""
     import torch
     import transformers
@@ -234,7 +251,7 @@ def test_other_llama_family_decoders_run_on_the_fast_path(tmp_path, tiny_llama_d
     tokenizer.save_pretrained(tmp_path)
     extras = Extras(entropy=True, attention_layer=-1, hidden_layer=1)
     batch = prompts("chat")[:4]
-    a = HFModel(tmp_path, batch_size=2).generate(batch, 8, extras=extras)
+    a = HFModel(tmp_path, batch_size=2, fused_kernels=kernels == "fused").generate(batch, 8, extras=extras)
     b = HFModel(tmp_path, batch_size=2, attention="eager").generate(batch, 8, extras=extras)
     assert_same(a, b, extras)
 
@@ -279,17 +296,47 @@ def test_cuda_graphs_need_a_cuda_device(lively_dir):
         HFModel(lively_dir, cuda_graphs=True)
 
 
-def test_integrated_gradients_run_on_the_fast_path(fast, eager):
+@pytest.mark.parametrize("kernels", ["modules", "fused"])
+def test_integrated_gradients_run_on_the_fast_path(fast, fused, eager, kernels):
     """DioR's IG passes through the fast decoder's batched pass equal those through transformers' forward."""
     from adaptive_rag.lm.base import IGSettings
 
     settings = IGSettings(steps=16, batch=8)
     prompt = prompts("raw", passages=False)[3]
-    a, b = fast.attribution(prompt, settings), eager.attribution(prompt, settings)
+    a, b = (fast if kernels == "modules" else fused).attribution(prompt, settings), eager.attribution(prompt, settings)
     assert a.target_id == b.target_id and a.token_ids == b.token_ids
     np.testing.assert_allclose(a.l2, b.l2, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(a.dot, b.dot, rtol=1e-4, atol=1e-6)
     assert a.value == pytest.approx(b.value, rel=1e-5)
+
+
+def test_fused_layers_hold_the_weights_once_and_leave_the_model_as_it_was(lively_dir):
+    """Fusing q|k|v and gate|up makes each module's weight a view of its rows of the fused matrix: the
+    model's own forward gives the same logits bit for bit, and no weight is held twice."""
+    import torch
+
+    lm = HFModel(lively_dir, batch_size=3)
+    ids = torch.tensor([[5, 9, 14, 3, 8]])
+    with torch.inference_mode():
+        before = lm.model(input_ids=ids).logits
+    storage = sum(p.untyped_storage().nbytes() for p in lm.model.parameters())
+    decoder = FastDecoder(lm.model, fused=True)
+    layer = decoder.layers[0]
+    fused = decoder._fused[layer]
+    attention = layer.self_attn
+    assert attention.k_proj.weight.untyped_storage().data_ptr() == fused.qkv_weight.untyped_storage().data_ptr()
+    assert torch.equal(fused.qkv_weight, torch.cat([attention.q_proj.weight, attention.k_proj.weight,
+                                                    attention.v_proj.weight]))
+    assert FastDecoder(lm.model, fused=True)._fused[layer].qkv_weight is fused.qkv_weight  # fused once per model
+    with torch.inference_mode():
+        assert torch.equal(lm.model(input_ids=ids).logits, before)
+    distinct = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in lm.model.parameters()}
+    assert sum(distinct.values()) <= storage
+
+
+def test_the_fused_kernels_are_part_of_the_identity(fast, fused):
+    assert "kernels" not in fast.identity() and fused.identity()["kernels"] == "fused"
+    assert {k: v for k, v in fused.identity().items() if k != "kernels"} == fast.identity()
 
 
 CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
@@ -298,14 +345,14 @@ CUDA = pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="n
 @CUDA
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_on_cuda_the_fast_path_and_its_cuda_graphs_equal_the_eager_path(lively_dir, dtype):
-    """The fast path on the GPU, with and without captured decode steps, against the eager path there:
-    float32 to the CPU tolerances; bfloat16 (whose sums depend on the kernels) to the same first tokens
+    """The fast path on the GPU, with and without captured decode steps and fused layers, against the
+    eager path there: float32 to the CPU tolerances; bfloat16 (whose sums depend on the kernels) to the same first tokens
     and log-probabilities within 0.1."""
     extras = Extras(entropy=True, attention_layer=-1, hidden_layer=1)
     batch = prompts("chat")
     eager = HFModel(lively_dir, dtype, "cuda", batch_size=3, attention="eager").generate(batch, 12, STOPS, extras)
-    for graphs in (False, True):
-        lm = HFModel(lively_dir, dtype, "cuda", batch_size=3, cuda_graphs=graphs)
+    for graphs, kernels in ((False, False), (False, True), (True, False), (True, True)):
+        lm = HFModel(lively_dir, dtype, "cuda", batch_size=3, cuda_graphs=graphs, fused_kernels=kernels)
         first = lm.generate(batch, 12, STOPS, extras)
         again = lm.generate(batch, 12, STOPS, extras)  # graphs captured by the first call are replayed
         assert [c.token_ids for c in again] == [c.token_ids for c in first]
@@ -321,3 +368,4 @@ def test_on_cuda_the_fast_path_and_its_cuda_graphs_equal_the_eager_path(lively_d
                                                                                        sampled)
     if dtype == "float32":
         assert_same(graphed, plain, sampled)
+

@@ -11,8 +11,10 @@ Why it is built this way:
   its keys and values held once), and the k rows hold only what they generate. Memory grows with k
   times the generated length, not with k times the prompt.
 - Which prompts share a step depends only on the call (its prompts, their order and `batch_size`), so a
-  call repeats exactly; the rows' tokens are chosen by `rows.choose` and `RowState.take`, as on the eager
-  path.
+  call repeats exactly; the rows' tokens are chosen by `rows.choice_columns` and `RowState.take`, as on
+  the eager path. A greedy call (no watched ids) lets each decode step choose on the device
+  (`FastDecoder.step(chooser=...)`): the same function on the same logits, with the step's other reads
+  in one transfer; only rows just prefilled are chosen here.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from .base import Extras, GenerationStopped, SamplingParams
-from .rows import RowState, choose
+from .rows import RowState, choice_columns, chosen_from_rows
 
 
 def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
@@ -35,6 +37,7 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
     want_rows = extras.attention_layer is not None or extras.hidden_layer is not None
     states = [RowState(len(ids)) for ids, _ in encoded]
     generators, params = None, None
+    chooser = extras if sampling is None and not extras.watch_ids else None
     ids, shared = encoded[0]
     base = lm.prefix_kv(tuple(ids[:shared]))
     if sampling is not None:  # k rows of one prompt: the whole prompt is their shared prefix
@@ -51,7 +54,7 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
     kv = decoder.new_slots(slots, max(len(s) for s in suffixes) + max_new_tokens + 1)
     waiting = deque(range(len(encoded)))
     active: list[int] = []  # the prompt index in each occupied slot, slots 0..len-1
-    pending: list = []  # each slot's next-token logits
+    pending: list = []  # each slot's next-token logits, or the values the step chose from them (a list)
     step = 0
 
     def leave(slot: int) -> None:
@@ -76,8 +79,14 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
                 break
             if lm.stop_requested is not None and lm.stop_requested():
                 raise GenerationStopped(step)
-            chosen = choose(torch.stack(pending), extras,
-                            None if generators is None else [generators[r] for r in active], params)
+            fresh = [slot for slot, p in enumerate(pending) if not isinstance(p, list)]
+            if fresh:  # rows just prefilled (every row when sampling): choose from their logits
+                table = choice_columns(torch.stack([pending[s] for s in fresh]), extras.entropy, extras.logsumexp,
+                                       extras.watch_ids, None if generators is None else
+                                       [generators[active[s]] for s in fresh], params).cpu().tolist()
+                for slot, values in zip(fresh, table):
+                    pending[slot] = values
+            chosen = chosen_from_rows(pending, extras)
             feeds = [states[row].take(chosen, i, lm, stop, max_new_tokens, want_rows, final_layers)
                      for i, row in enumerate(active)]
             step += 1
@@ -88,15 +97,11 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
                     leave(slot)
             if not active:
                 continue
-            tokens = torch.tensor([f[0] for f in feeds], dtype=torch.long, device=decoder.device)
-            positions = torch.tensor([f[1] for f in feeds], dtype=torch.long, device=decoder.device)
-            out = decoder.step(prefix, kv, tokens, positions, attention_layer=extras.attention_layer,
-                               hidden_index=extras.hidden_layer, final_layers=final_layers,
-                               final_source=extras.final_source)
+            out = decoder.step(prefix, kv, [f[0] for f in feeds], [f[1] for f in feeds],
+                               attention_layer=extras.attention_layer, hidden_index=extras.hidden_layer,
+                               final_layers=final_layers, final_source=extras.final_source, chooser=chooser)
             lm.forward_tokens += len(active)
-            attention = out.attention.cpu().numpy() if out.attention is not None else None
-            hidden = out.hidden.cpu().numpy() if out.hidden is not None else None
-            finals = {layer: values.cpu().numpy() for layer, values in out.finals.items()} if out.finals else None
+            attention, hidden, finals = out.attention, out.hidden, out.finals
             for slot, row in enumerate(active):
                 state = states[row]
                 if attention is not None:
@@ -105,7 +110,7 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
                     state.hidden.append(hidden[slot].copy())
                 if state.finish is not None and finals is not None:
                     state.final = np.stack([finals[layer][slot] for layer in final_layers])
-                pending[slot] = out.logits[slot]
+                pending[slot] = out.chosen[slot] if out.chosen is not None else out.logits[slot]
             for slot in reversed(range(len(active))):  # rows fed once more only for their extras leave now
                 if states[active[slot]].finish is not None:
                     leave(slot)

@@ -45,9 +45,10 @@ class HFModel:
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "cpu", threads: int = 1,
                  seed: int = 0, batch_size: int = 8, attention: str = "fast", cuda_graphs: bool = False,
-                 loaded: tuple | None = None):
+                 loaded: tuple | None = None, fused_kernels: bool | None = None):
         """`loaded`: a (model, tokenizer) pair already in memory (benchmarks build randomly initialised
-        models of a paper model's shape that way); `model_dir` then only names it."""
+        models of a paper model's shape that way); `model_dir` then only names it. `fused_kernels`: the
+        fast path's fused layers (`FastDecoder(fused=...)`; default: on a CUDA device)."""
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -82,7 +83,7 @@ class HFModel:
             from .fast_decoder import FastDecoder
 
             # Refuses an architecture it does not run, and CUDA graphs off a CUDA device, naming the setting.
-            self.decoder = FastDecoder(self.model, cuda_graphs=cuda_graphs, rows_hint=batch_size)
+            self.decoder = FastDecoder(self.model, cuda_graphs=cuda_graphs, rows_hint=batch_size, fused=fused_kernels)
         elif cuda_graphs:
             raise InputError("model.cuda_graphs: true captures the fast attention path; set model.attention: fast")
         self.cuda_graphs = cuda_graphs
@@ -97,11 +98,13 @@ class HFModel:
         from .models import recorded_weights
 
         weights = recorded_weights(self.model_dir)
-        # Device type and batch size are part of a result's identity: CPU and CUDA kernels, and padding
-        # in a different batch shape, can differ in the last bits, so a shared cache must not mix them.
+        # Device type, batch size and the fast path's fused kernels are part of a result's identity: CPU
+        # and CUDA kernels, padding in a different batch shape and fused products can differ in the last
+        # bits, so a shared cache must not mix them.
         return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,
                 "attention": self.attention, "device": self.device.split(":")[0], "batch_size": self.batch_size,
-                **({"cuda_graphs": True} if self.cuda_graphs else {})}
+                **({"cuda_graphs": True} if self.cuda_graphs else {}),
+                **({"kernels": "fused"} if self.decoder is not None and self.decoder.fused else {})}
 
     @property
     def context_length(self) -> int | None:
@@ -520,7 +523,7 @@ def token_texts(tokenizer, ids: list[int]) -> list[str]:
     joined = ""
     for n in range(1, len(ids) + 1):
         current = tokenizer.decode(ids[:n], skip_special_tokens=True)
-        common = 0
+        common = len(joined) if current.startswith(joined) else 0  # the usual case, checked in one call
         while common < min(len(joined), len(current)) and joined[common] == current[common]:
             common += 1
         excess = len(joined) - common

@@ -30,22 +30,35 @@ def choose(logits, extras: Extras, generators=None, params: SamplingParams | Non
     """Greedy (argmax) or seeded sampling over [rows, vocab] logits; log-probability of each chosen token,
     and on request each distribution's entropy, the raw logits' logsumexp and the log-probabilities of
     the watched token ids."""
+    # One transfer to the host per step (a GPU would otherwise wait once per list).
+    return chosen_from_rows(choice_columns(logits, extras.entropy, extras.logsumexp, extras.watch_ids, generators,
+                                           params).cpu().tolist(), extras)
+
+
+def choice_columns(logits, entropy: bool = False, logsumexp: bool = False, watch_ids: Sequence[int] = (),
+                   generators=None, params: SamplingParams | None = None):
+    """What `choose` reads, as one [rows, 2 + entropy + logsumexp + watched] float64 tensor on the logits'
+    device: chosen token id, its log-probability, then the columns asked for. Token ids are exact in
+    float64 and float32 values convert to float64 exactly. Greedy without watched ids it runs no host
+    code, so the fast decoder records it inside a CUDA graph."""
     import torch
 
     logits = logits.float()
     logprobs = torch.log_softmax(logits, dim=-1)
     chosen = logprobs.argmax(dim=-1) if generators is None else sample_rows(logits, generators, params)
     columns = [logprobs.gather(-1, chosen[:, None])[:, 0]]
-    if extras.entropy:
+    if entropy:
         columns.append(-(logprobs.exp() * logprobs).sum(-1))
-    if extras.logsumexp:
+    if logsumexp:
         columns.append(torch.logsumexp(logits, dim=-1))
-    if extras.watch_ids:
-        columns.extend(logprobs[:, list(extras.watch_ids)].unbind(-1))
-    # One transfer to the host per step (a GPU would otherwise wait once per list); token ids are exact in
-    # float64, and the float32 values convert to float64 exactly.
-    table = torch.stack([chosen.double(), *(c.double() for c in columns)], dim=1).cpu().tolist()
-    values = list(zip(*table)) if table else [()] * (1 + len(columns))
+    if watch_ids:
+        columns.extend(logprobs[:, list(watch_ids)].unbind(-1))
+    return torch.stack([chosen.double(), *(c.double() for c in columns)], dim=1)
+
+
+def chosen_from_rows(table: Sequence[Sequence[float]], extras: Extras) -> Chosen:
+    """`Chosen` from rows of `choice_columns`' values (host lists), in row order."""
+    values = list(zip(*table)) if table else [()] * (2 + extras.entropy + extras.logsumexp + len(extras.watch_ids))
     rest = iter(values[2:])
     entropies = list(next(rest)) if extras.entropy else None
     logsumexp = list(next(rest)) if extras.logsumexp else None

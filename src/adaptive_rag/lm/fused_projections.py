@@ -1,0 +1,73 @@
+"""One matrix product where a Llama layer makes several from the same input: q/k/v, and gate/up.
+
+Why it exists: at the few rows of a decode step a matrix product is bound by reading its weights, and
+each product is a kernel of its own. Reading q, k and v's weights as one matrix (and gate and up's as
+another) turns seven products a layer into four, with fewer, larger kernels. The fused matrix is the
+layers' own weights laid end to end, and each module's weight becomes a view of its rows, so the model
+holds its weights once and its own `forward` (the eager path, Integrated Gradients through transformers)
+reads the same memory.
+
+`FastDecoder(fused=True)` uses these; on a CUDA device that is the default (`fast_decoder`). A fused
+product adds the same terms per output as the separate ones, but a GPU library may pick another kernel
+(another split of the sum) for the larger matrix, so bf16 results can differ in the last bits: the
+setting is part of a model's identity (`HFModel.identity`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+# first module of a fused group -> the group's (weight, bias), so a second decoder over the same model
+# reuses the matrix the first one made instead of stacking views of it again
+_FUSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class FusedLayer:
+    """The fused weights of one decoder layer: q|k|v rows and gate|up rows (biases where the model has
+    them, as Qwen2's q/k/v)."""
+
+    qkv_weight: object
+    qkv_bias: object | None
+    gate_up_weight: object
+    gate_up_bias: object | None
+    intermediate: int  # rows of gate (= of up)
+
+
+def fuse_layer(layer) -> FusedLayer:
+    attention, mlp = layer.self_attn, layer.mlp
+    qkv = fuse_linears((attention.q_proj, attention.k_proj, attention.v_proj))
+    gate_up = fuse_linears((mlp.gate_proj, mlp.up_proj))
+    return FusedLayer(*qkv, *gate_up, mlp.gate_proj.out_features)
+
+
+def fuse_linears(modules: tuple) -> tuple:
+    """(weight, bias) of `modules` stacked by output rows; every module's weight (and bias) is made a view
+    of its rows of the stacked matrix, so nothing is held twice."""
+    import torch
+
+    held = _FUSED.get(modules[0])
+    if held is not None:
+        return held
+    with torch.no_grad():
+        weight = torch.cat([m.weight for m in modules])
+        bias = None
+        if any(m.bias is not None for m in modules):
+            bias = torch.cat([m.bias if m.bias is not None else weight.new_zeros(m.out_features) for m in modules])
+        start = 0
+        for m in modules:
+            end = start + m.out_features
+            m.weight = torch.nn.Parameter(weight[start:end], requires_grad=m.weight.requires_grad)
+            if m.bias is not None:
+                m.bias = torch.nn.Parameter(bias[start:end], requires_grad=m.bias.requires_grad)
+            start = end
+    _FUSED[modules[0]] = (weight, bias)
+    return weight, bias
+
+
+def is_rms_norm(module) -> bool:
+    """Whether `module` normalises as Llama's RMSNorm does (weight * (x / rms(x)) in float32, cast back
+    before the weight), so `torch.nn.functional.rms_norm` reproduces it in one kernel."""
+    return type(module).__name__.endswith("RMSNorm") and hasattr(module, "variance_epsilon") \
+        and getattr(module, "weight", None) is not None
