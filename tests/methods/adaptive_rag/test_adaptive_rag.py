@@ -199,7 +199,10 @@ def test_workflow_labels_trains_and_routes_the_demo_with_the_tiny_model(tiny_lla
         first = steps["steps"][0]
         assert first["phase"] == "adaptive-rag" and first["label"] in ("B", "C")
         assert (record["counters"]["retrievals"] == 1) if first["label"] == "B" else record["counters"]["retrievals"] >= 1
-    # a retrained classifier reruns the run: the weights are one of its inputs
-    (tmp_path / "data/complexity/classifier.safetensors").touch()
-    dry = snakemake(tmp_path, "-n", "data/runs/demo-small/adaptive-rag/predictions.jsonl").stdout
-    assert "rule generate:" in dry
+    # a retrained classifier reruns the run (the weights are one of its inputs); the labels stay
+    target = "data/runs/demo-small/adaptive-rag/predictions.jsonl"
+    assert "Nothing to be done" in snakemake(tmp_path, "-n", target).stdout
+    edit_params(tmp_path, lambda data: data["complexity_classifier"].update(seed=1))
+    dry = snakemake(tmp_path, "-n", target).stdout
+    assert "rule train_complexity_classifier:" in dry and "rule generate:" in dry
+    assert "rule complexity_labels:" not in dry
