@@ -864,6 +864,7 @@ def _complexity_classifier(s: Section, datasets: dict, methods: dict[str, Method
     of those answers a question correctly."""
     if not s.data:
         s.done()
+        _check_classifier_made(methods, runs, s)
         return None
     named = s.section("datasets")
     scored = {dataset: name for dataset, name in sorted(runs, reverse=True)}
@@ -908,6 +909,19 @@ def _complexity_classifier(s: Section, datasets: dict, methods: dict[str, Method
     s.done()
     _check_routed_strategies(methods, cfg, s)
     return cfg
+
+
+def _check_classifier_made(methods: dict[str, MethodConfig], runs: set[tuple[str, str]], s: Section) -> None:
+    """Without `complexity_classifier:` no rule trains the classifier at its workflow path: a planned
+    `adaptive-rag` run reading that file is refused (one given another file reads that file)."""
+    cls = method_class("adaptive-rag")
+    workflow_file = cls.read_settings(Section({}, "methods.<adaptive-rag>", s.source))["classifier"]
+    for dataset, name in sorted(runs):
+        cfg = methods[name]
+        if cfg.type == "adaptive-rag" and cfg.settings_for(dataset)["classifier"] == workflow_file:
+            raise ConfigError(f"{s.source}: methods.{name}: runs on {dataset} read the query-complexity classifier "
+                              f"{workflow_file}, which only complexity_classifier: trains; configure that section "
+                              f"(docs/configuration.md#adaptive-rags-classifier) or set `classifier` to a trained file")
 
 
 def _check_routed_strategies(methods: dict[str, MethodConfig], classifier: ComplexityClassifierConfig,

@@ -166,9 +166,33 @@ def test_check_params_refuses_what_the_labels_and_the_routing_cannot_agree_on():
     assert refused(lambda d: d["methods"]["adaptive-rag"].update(single={"top_k": 5})) == (
         "params.yaml: methods.adaptive-rag.single: answers label B with {'top_k': 5, 'retriever': None}, but the "
         "classifier's labels come from methods.sr-rag ({'top_k': 3, 'retriever': None}); give both the same settings")
+    assert refused(lambda d: d.pop("complexity_classifier")) == (
+        "params.yaml: methods.sugar-table1--adaptive-rag: runs on demo-single-small read the query-complexity "
+        "classifier data/complexity/classifier.safetensors, which only complexity_classifier: trains; configure "
+        "that section (docs/configuration.md#adaptive-rags-classifier) or set `classifier` to a trained file")
     assert refused(lambda d: d["methods"]["adaptive-rag"].update(classifier_kind="t5")) == (
         "params.yaml: methods.adaptive-rag.classifier_kind: 't5', but complexity_classifier.classifier trains "
         "'minilm-logistic'; set both to the same kind")
+
+
+def test_dvc_stages_own_the_labels_and_the_classifier_and_the_runs_wait_for_it():
+    from adaptive_rag.dvc_stages import build_stages
+
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    stages = build_stages(parse_params(data))
+    labels, train = stages["complexity_labels"], stages["train_complexity_classifier"]
+    assert labels["outs"] == ["data/complexity/labels.jsonl"] and labels["cmd"].endswith(" complexity_labels")
+    assert {"data/splits/demo-calib.jsonl", "data/splits/demo-single-calib.jsonl", "data/index/demo/bm25"} <= set(
+        labels["deps"])
+    assert {"complexity_classifier.datasets", "complexity_classifier.strategies", "methods.wo-rag", "methods.sr-rag",
+            "methods.ircot", "datasets.demo-calib", "datasets.demo-single-calib"} <= set(labels["params"])
+    assert train["outs"] == ["data/complexity/classifier.safetensors", "data/complexity/classifier.metrics.json"]
+    assert train["deps"][0] == "data/complexity/labels.jsonl"
+    assert "data/complexity/classifier.safetensors" in stages["ablation_sugar_table1"]["deps"]
+    data.pop("complexity_classifier")
+    data["methods"]["adaptive-rag"]["classifier"] = "data/my-classifier.safetensors"  # a file of one's own
+    assert not any(name in build_stages(parse_params(data)) for name in ("complexity_labels",
+                                                                         "train_complexity_classifier"))
 
 
 @pytest.mark.slow

@@ -207,22 +207,32 @@ class T5Classifier:
         return {k: v.detach().cpu().clone().contiguous().numpy() for k, v in self.model.state_dict().items()}
 
     def header(self) -> dict:
-        return {"base": self.base, "config": self.model.config.to_dict(),
-                "tokenizer": self.tokenizer.backend_tokenizer.to_str(),
-                "special_tokens": {"pad_token": self.tokenizer.pad_token, "eos_token": self.tokenizer.eos_token,
-                                   "unk_token": self.tokenizer.unk_token}}
+        """The model's configuration and the tokenizer's files (base64: a SentencePiece model is binary),
+        so the one weights file is the whole classifier."""
+        import base64
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            self.tokenizer.save_pretrained(tmp)
+            files = {path.name: base64.b64encode(path.read_bytes()).decode("ascii")
+                     for path in sorted(Path(tmp).iterdir()) if path.is_file()}
+        return {"base": self.base, "config": self.model.config.to_dict(), "tokenizer_files": files}
 
     @classmethod
     def restore(cls, header: dict, tensors: dict):
+        import base64
+        import tempfile
+
         import torch
-        from tokenizers import Tokenizer
-        from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedTokenizerFast
+        from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer
 
         config = type(AutoConfig.for_model(header["config"]["model_type"])).from_dict(header["config"])
         model = AutoModelForSeq2SeqLM.from_config(config)
         model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
-        special = {k: v for k, v in header["special_tokens"].items() if v is not None}
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(header["tokenizer"]), **special)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, data in header["tokenizer_files"].items():
+                (Path(tmp) / name).write_bytes(base64.b64decode(data))
+            tokenizer = AutoTokenizer.from_pretrained(tmp)
         return cls(model, tokenizer, header["base"])
 
 
