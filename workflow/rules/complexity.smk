@@ -30,7 +30,7 @@ if P.complexity_classifier is not None:
             metrics=str(metrics_path(CLASSIFIER)),
         params:
             settings=settings_key(COMPLEXITY.training_settings()),
-        threads: 1  # deterministic float sums (methods/adaptive_rag/classifier.py)
+        threads: 1  # a small job: the questions' embeddings and a regression (t5: one GPU where the model has one)
         resources:
             gpu=1 if COMPLEXITY.classifier == "t5" and MODEL_GPUS else 0,
         log:
