@@ -39,6 +39,7 @@ include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/ablations.smk"
 include: "workflow/rules/detectors.smk"
+include: "workflow/rules/complexity.smk"
 
 
 rule all:

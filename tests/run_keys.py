@@ -24,6 +24,8 @@ when `retrieve_rule` took the reference code's arithmetic as its default (only t
 `reference.json` was written when the `reference` profile and the settings it selects (answer extraction,
 `end_of_turn: continue`, `query_words`, `retrieval.query_max_tokens`, FLARE's `score_range` and
 `masking`, a method's `template`) were added; every other profile's keys were the same.
+`demo.json` and `sugar.json` gained the keys of the Adaptive-RAG row of SUGAR's Table I (`adaptive-rag`);
+no other key of any profile moved.
 """
 
 from __future__ import annotations

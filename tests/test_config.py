@@ -180,6 +180,7 @@ def test_files_a_download_produces_need_not_exist_yet(base, monkeypatch, tmp_pat
     base["corpus"]["passages"] = "data/raw/psgs/psgs.tsv"
     base["ablations"] = {}
     base.pop("detectors")  # its training set is a dataset this test removed
+    base.pop("complexity_classifier")  # so are its labelled datasets
     for method in base["methods"].values():  # presets name datasets this test removed
         if isinstance(method, dict):
             method.pop("per_dataset", None)

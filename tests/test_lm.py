@@ -125,6 +125,7 @@ def test_capability_errors_come_before_any_generation(tiny_model_dir):
     white_box = {name: data["methods"].pop(name) for name in list(data["methods"]) if name not in black_box}
     data.pop("ablations")
     data.pop("detectors")  # DioR's detector data needs a white-box model too (tests/methods/dior/test_detector_data.py)
+    data.pop("complexity_classifier")  # its strategies are methods this test removed
     data["experiment"]["methods"] = ["wo-rag", "sr-rag"]
     parse_params(data)
     data["methods"]["dragin"] = white_box["dragin"]

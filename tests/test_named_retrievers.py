@@ -22,7 +22,7 @@ from adaptive_rag.progress import digest
 from adaptive_rag.retrieval.dense import DEFAULT_ENCODER
 from adaptive_rag.retrieval.sgpt import SMOLLM2_LABEL, position_weights, weighted_mean
 
-from conftest import REPO, copy_workflow, edit_params, snakemake
+from conftest import REPO, copy_workflow, edit_params, own_label_strategies, snakemake
 from test_dense import PASSAGES, QUERIES, write_collection
 
 MODEL_DIR = "data/models/smollm2-135m-instruct"  # the repository params' `model` step output
@@ -59,7 +59,7 @@ def test_named_encoders_beside_the_single_form_leave_every_built_run_and_stage_a
     """A study that searches `dense` adds named encoders beside it: its runs keep their keys and the
     single index its DVC stage; the named kinds record their own encoder."""
     before = parse_params(copy.deepcopy(base))
-    data = copy.deepcopy(base)
+    data = own_label_strategies(copy.deepcopy(base))
     data["retrieval"]["dense"].update(named(copy.deepcopy(base))["retrieval"]["dense"])
     data["methods"]["sr-rag"]["retriever"] = "dense:sgpt"
     after = parse_params(data)
@@ -90,7 +90,7 @@ def test_named_encoders_parse_with_their_own_index_and_type(base):
 
 
 def test_a_method_naming_an_encoder_searches_it_and_its_key_holds_that_encoder_alone(base):
-    data = named(base)
+    data = own_label_strategies(named(base))
     data["methods"]["sr-rag"]["retriever"] = "dense:sgpt"
     data["methods"]["fl-rag"]["retriever"] = "dense:sbert"
     data["methods"]["fs-rag"]["per_dataset"] = {"demo-single": {"retriever": "dense:sgpt"}}
@@ -179,7 +179,7 @@ def test_the_single_encoder_form_refuses_names_and_types(base, mutate, message):
 
 
 def test_dvc_builds_each_named_index_some_run_searches_with_its_own_settings(base):
-    data = named(base)
+    data = own_label_strategies(named(base))
     data["methods"]["sr-rag"]["retriever"] = "dense:sgpt"
     stages = build_stages(parse_params(data))
     assert {n for n in stages if n.startswith("index_")} == {"index_bm25", "index_dense-sbert", "index_dense-sgpt"}

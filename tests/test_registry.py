@@ -24,11 +24,11 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
     modules = {m.name for m in pkgutil.iter_modules(methods_package.__path__)}
     assert set(by_module) == modules - registry.NOT_METHODS  # one file per method, no helper among them
     packages = {m.name for m in pkgutil.iter_modules(methods_package.__path__) if m.ispkg} - {"parts"}
-    assert packages == {"dior", "seakr", "sugar"}  # a paper's package: its method in <paper>/<paper>.py
+    assert packages == {"adaptive_rag", "dior", "seakr", "sugar"}  # a paper's package: its method in <paper>/<paper>.py
     for package in packages:
         assert {registry.method_class(name).__module__ for name in by_module[package]} == \
             {f"adaptive_rag.methods.{package}.{package}"}
-    assert types == ["adaptive-retrieval", "dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "self-rag",
+    assert types == ["adaptive-rag", "adaptive-retrieval", "dior", "dragin", "fl-rag", "flare", "fs-rag", "scaar", "seakr", "self-rag",
                      "sr-rag", "sugar", "weighted-threshold", "wo-rag"]
 
 
@@ -80,7 +80,7 @@ def test_unknown_type_names_the_key_and_lists_the_types():
         registry.validate_settings("flair", Section({}, "methods.mine", "params.yaml"))
     message = str(info.value)
     assert message.startswith("params.yaml: methods.mine: unknown method type 'flair'; available: "
-                              "adaptive-retrieval, dior, dragin, fl-rag")
+                              "adaptive-rag, adaptive-retrieval, dior, dragin")
     assert "(set `type:` to one of them)" in message
 
 

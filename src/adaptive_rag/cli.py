@@ -490,6 +490,38 @@ def cmd_detector_table(args) -> None:
     print(frame.to_string(index=False))
 
 
+def _complexity(params):
+    if params.complexity_classifier is None:
+        raise ConfigError(f"{params.source}: complexity_classifier: not configured (docs/methods.md#adaptive-rag)")
+    return params.complexity_classifier
+
+
+def cmd_complexity_labels(args) -> None:
+    """Adaptive-RAG's labels: the cheapest strategy that answers each labelled question, else its
+    dataset's kind, from the strategies' runs."""
+    from collections import Counter
+
+    from .methods.adaptive_rag.labels import build_labels
+
+    cfg = _complexity(_params(args))
+    rows = build_labels(Path(args.runs), cfg.datasets, cfg.strategies, Path(args.out))
+    counts = Counter(r["label"] for r in rows)
+    silver = sum(r["why"].startswith("silver") for r in rows)
+    print(f"complexity-labels: {len(rows)} questions, A {counts['A']}, B {counts['B']}, C {counts['C']} "
+          f"({silver} by a strategy's answer, {len(rows) - silver} by their dataset's kind) -> {args.out}")
+
+
+def cmd_train_complexity_classifier(args) -> None:
+    from .methods.adaptive_rag.classifier import metrics_path, train
+
+    cfg = _complexity(_params(args))
+    classifier = train(cfg, Path(args.labels), Path(args.out))
+    test, majority = classifier.metrics["test"], classifier.metrics["majority_baseline"]
+    print(f"train-complexity-classifier {cfg.classifier}: held-out accuracy {test['accuracy']:.4f} over "
+          f"{test['n']} questions (always {majority['label']}: {majority['accuracy']:.4f}) -> {args.out}, "
+          f"{metrics_path(args.out)}")
+
+
 # Help of the options several steps share.
 DATASET_HELP = "a dataset under `datasets:` in params.yaml"
 METHOD_HELP = "a method configuration under `methods:`, or an ablation variant (`<ablation>--<values>`)"
@@ -688,6 +720,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--md", required=True, help="the table to write as markdown")
     p.add_argument("--csv", required=True, help="the same table as CSV")
     p.add_argument("--html", help="also write the table as HTML (the HTML report shows it inline)")
+    p = step("complexity-labels", cmd_complexity_labels,
+             "Adaptive-RAG's query-complexity labels (JSONL: id, question, label, why): the cheapest of "
+             "complexity_classifier.strategies (A, B, C) whose run answers a labelled question exactly, else the "
+             "label of its dataset's hop kind")
+    p.add_argument("--runs", default="data/runs", help="the runs directory holding <dataset>/<method>/predictions.jsonl "
+                                                      "(default data/runs)")
+    p.add_argument("--out", required=True, help="the labels file to write (the workflow's: data/complexity/labels.jsonl)")
+    p = step("train-complexity-classifier", cmd_train_complexity_classifier,
+             "train Adaptive-RAG's query-complexity classifier (complexity_classifier.classifier) on the labels, "
+             "holding out test_fraction of them; writes the weights (safetensors) and <stem>.metrics.json")
+    p.add_argument("--labels", required=True, help="the complexity-labels JSONL")
+    p.add_argument("--out", required=True, help="the weights file (the workflow's: data/complexity/classifier.safetensors)")
     return parser
 
 

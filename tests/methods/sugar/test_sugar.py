@@ -436,6 +436,7 @@ def test_check_params_accepts_sugar_with_the_lm_judge_on_an_api_model():
     data["methods"] = {"wo-rag": {}, "sugar-lm": {"type": "sugar", "judge": "lm"},
                        "sugar-pe": {"type": "sugar", "signal": "pe", "thresholds": [0.55, 2.0]}}
     data.pop("ablations")
+    data.pop("complexity_classifier")  # its strategies are methods this test removed
     data["experiment"]["methods"] = ["wo-rag", "sugar-lm"]
     params = parse_params(data)
     assert params.method("sugar-lm").settings["judge"] == "lm"
@@ -448,6 +449,7 @@ def test_a_plain_sugar_without_its_calibration_split_says_what_to_set():
     data = yaml.safe_load((REPO / "params.yaml").read_text())
     data["methods"] = {"wo-rag": {}, "sugar": {"type": "sugar", "judge": "match"}}
     data.pop("ablations")
+    data.pop("complexity_classifier")  # its strategies are methods this test removed
     data["experiment"].update(datasets=["demo-small"], methods=["wo-rag", "sugar"])
     with pytest.raises(ConfigError, match=r"methods\.sugar\.calibration_dataset: on demo-small it names "
                                           r"'demo-small-calib', which is not under datasets: \(.*\); add that "
