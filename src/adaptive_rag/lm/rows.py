@@ -122,7 +122,8 @@ class RowState:
             self.logsumexp.append(chosen.logsumexp[i])
         if chosen.watched is not None:
             self.watched.append(chosen.watched[i])
-        if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)[1]:
+        if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=getattr(model, "skip_special", True)),
+                       stop)[1]:
             self.finish = "stop"
         elif len(self.ids) >= max_new_tokens:
             self.finish = "length"
@@ -133,7 +134,8 @@ class RowState:
 
     def result(self, model, stop: Sequence[str], extras: Extras) -> Continuation:
         texts = model.token_texts(self.ids)
-        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)
+        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=getattr(model, "skip_special", True)),
+                              stop)
         # Keep every token that contributes a character to `text` (the last may run into the stop string).
         keep, length = 0, 0
         while keep < len(texts) and length < len(text):
