@@ -49,8 +49,9 @@ class HFModel:
         """`loaded`: a (model, tokenizer) pair already in memory (benchmarks build randomly initialised
         models of a paper model's shape that way); `model_dir` then only names it. `fused_kernels`: the
         fast path's fused layers (`FastDecoder(fused=...)`; default: on a CUDA device). `special_tokens`:
-        `keep` writes the special tokens a continuation generates (other than its final end-of-sequence
-        token) into its text and token texts, as a decoder without `skip_special_tokens` does."""
+        `keep` writes the special tokens a continuation generates into its text and token texts, as a
+        decoder without `skip_special_tokens` does; a final end-of-sequence token is then one of its
+        tokens, with its probability (`rows.RowState.take`)."""
         import torch
         from transformers import AutoModelForCausalLM
 

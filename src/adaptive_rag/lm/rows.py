@@ -113,15 +113,13 @@ class RowState:
         token = chosen.tokens[i]
         if token in model.eos_ids:
             self.finish = "eos"
-            return (token, self.prompt_len + len(self.ids)) if final_layers else None
-        self.ids.append(token)
-        self.logprobs.append(chosen.logprobs[i])
-        if chosen.entropies is not None:
-            self.entropies.append(chosen.entropies[i])
-        if chosen.logsumexp is not None:
-            self.logsumexp.append(chosen.logsumexp[i])
-        if chosen.watched is not None:
-            self.watched.append(chosen.watched[i])
+            if getattr(model, "skip_special", True):
+                return (token, self.prompt_len + len(self.ids)) if final_layers else None
+            # `special_tokens: keep`: the end token is one of the continuation's tokens, with its
+            # probability and (fed once more) its own attention row, as the DRAGIN reference's decode has it
+            self.record(chosen, i, token)
+            return (token, self.prompt_len + len(self.ids) - 1) if want_rows or final_layers else None
+        self.record(chosen, i, token)
         if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=getattr(model, "skip_special", True)),
                        stop)[1]:
             self.finish = "stop"
@@ -131,6 +129,16 @@ class RowState:
             fed = model.final_eos_id if self.finish and final_layers else token
             return fed, self.prompt_len + len(self.ids) - 1
         return None
+
+    def record(self, chosen: Chosen, i: int, token: int) -> None:
+        self.ids.append(token)
+        self.logprobs.append(chosen.logprobs[i])
+        if chosen.entropies is not None:
+            self.entropies.append(chosen.entropies[i])
+        if chosen.logsumexp is not None:
+            self.logsumexp.append(chosen.logsumexp[i])
+        if chosen.watched is not None:
+            self.watched.append(chosen.watched[i])
 
     def result(self, model, stop: Sequence[str], extras: Extras) -> Continuation:
         texts = model.token_texts(self.ids)

@@ -162,9 +162,12 @@ class Rules:
         judgements never see it, the kept text and the output do)."""
         if self.end_of_turn == "strip" or c.finish_reason != "eos":
             return c
+        end = end_of_turn_text(lm)
+        if c.tokens and c.tokens[-1] == end:  # `model.special_tokens: keep`: the end token is already a token
+            return c
         import dataclasses
 
-        return dataclasses.replace(c, text=c.text + end_of_turn_text(lm))
+        return dataclasses.replace(c, text=c.text + end)
 
 
 def end_of_turn_text(lm) -> str:
