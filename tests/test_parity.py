@@ -40,7 +40,7 @@ def test_a_run_is_read_as_its_decisions_per_question():
 def test_agreement_per_method_and_the_first_divergence_per_question(capsys):
     assert parity.main(["--theirs", str(FIXTURES / "theirs.jsonl"), "--map", "FLARE=flare", str(RUN)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[2] == "| flare | 4 | – | 3/4 | 3/4 | 2/3 | 3/4 | 0/1 | 1/4 |"
+    assert out.splitlines()[2] == "| flare | 4 | – | 3/4 | 3/4 | 2/3 | 3/4 | 0/1 | 1/4 | – |"
     # in the loop's order: queries (whitespace collapsed) and passages retrieval by retrieval, then the
     # number of retrievals, then the answer
     assert "- demo-034: retrieval 2: passages differ: ours ['332', '162', '232'], theirs ['332', '162', '5']" in out
@@ -58,6 +58,18 @@ def test_two_runs_of_this_project_compare_by_method_type(tmp_path, capsys):
     assert "| flare-variant (flare) | 4 | – | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 |" in capsys.readouterr().out
 
 
+def test_seconds_per_question_are_averaged_over_the_questions_both_sides_time(tmp_path, capsys):
+    # the fixture run's wall times: demo-002 6.007 s, demo-034 12.062 s, demo-037 23.241 s, demo-006 4.02 s
+    records = [{"method": "flare", "id": "demo-002", "retrievals": 1, "answer": "x", "seconds": 10},
+               {"method": "flare", "id": "demo-034", "retrievals": 1, "answer": "x", "seconds": 20.5},
+               {"method": "flare", "id": "demo-037", "retrievals": 1, "answer": "x"}]
+    path = tmp_path / "theirs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert parity.main(["--theirs", str(path), str(RUN)]) == 0
+    # ours (6.007 + 12.062) / 2 = 9.03, theirs (10 + 20.5) / 2 = 15.25; demo-037 has no time of theirs
+    assert capsys.readouterr().out.splitlines()[2].endswith("| 9.0 / 15.2 |")
+
+
 def test_export_writes_the_schema_the_harness_reads(tmp_path, capsys):
     out = tmp_path / "records.jsonl"
     assert parity.main(["--export", str(out), str(RUN)]) == 0
@@ -70,6 +82,8 @@ def test_export_writes_the_schema_the_harness_reads(tmp_path, capsys):
     ('{"method": "flare", "id": "q", "retrievals": true, "answer": "x"}', "field 'retrievals'"),
     ('{"method": "flare", "id": "q", "retrievals": 1, "answer": "x", "queries": "q"}', "field 'queries': expected a list"),
     ('{"method": "flare", "id": "q", "retrievals": 1, "answer": "x", "passages": ["1"]}', "field 'passages'"),
+    ('{"method": "flare", "id": "q", "retrievals": 1, "answer": "x", "seconds": "3"}',
+     "line 1: field 'seconds': expected a number"),
     ('{"method": "flare", "id": "q", "retrievals": 0, "answer": "x"}\n'
      '{"method": "flare", "id": "q", "retrievals": 0, "answer": "y"}', "line 2: a second record of flare/q"),
 ])
@@ -108,6 +122,9 @@ def write_records(path, calls):
      "call 2 (regenerate): prompt differs"),
     (lambda c: c[0].update(passages=[3, 2, 1]), "call 1 (look-ahead): passages differs: ours ['3', '1', '2'], theirs [3, 2, 1]"),
     (lambda c: c.append({"text": "more"}), "calls: ours 3, theirs 4"),
+    (lambda c: c[2].update(fired="So the answer is 1750."),
+     "call 3 (look-ahead): fired differs: ours None, theirs 'So the answer is 1750.'"),
+    (lambda c: c[0].pop("fired"), "call 1 (look-ahead): fired differs: ours 'He was born in 1722.', theirs None"),
 ])
 def test_calls_are_compared_one_by_one_and_the_first_divergence_named(tmp_path, capsys, edit, first):
     theirs = json.loads(json.dumps(CALLS))

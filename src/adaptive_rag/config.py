@@ -52,15 +52,20 @@ class ModelConfig:
     attention: str = "fast"  # fast (shared-prefix cache, continuous batching) | eager (transformers' forward)
     cuda_graphs: bool = False  # capture the fast path's decode step as CUDA graphs (model.device cuda only)
     architecture: str = "causal"  # causal (decoder-only) | seq2seq (encoder-decoder, e.g. FLAN-T5; backend hf)
+    # skip | keep: write the special tokens a continuation generates into its text (the DRAGIN reference
+    # decodes without skip_special_tokens, so "<|im_start|>" after an end of turn is fed back)
+    special_tokens: str = "skip"
 
     def key(self) -> dict:
-        """The settings runs and detector data are keyed on: `architecture` only when it is not the
-        default, so the keys of every causal-model result stay what they were before it existed."""
+        """The settings runs and detector data are keyed on: `architecture` and `special_tokens` only
+        when not at their defaults, so the keys of every result stay what they were before they existed."""
         from dataclasses import asdict
 
         record = asdict(self)
         if record["architecture"] == "causal":
             del record["architecture"]
+        if record["special_tokens"] == "skip":
+            del record["special_tokens"]
         return record
 
 
@@ -474,7 +479,11 @@ def _model(s: Section) -> ModelConfig:
         attention=s.str("attention", "fast", ATTENTION_PATHS),
         cuda_graphs=s.bool("cuda_graphs", False),
         architecture=s.str("architecture", ARCHITECTURES[0], ARCHITECTURES),
+        special_tokens=s.str("special_tokens", "skip", ("skip", "keep")),
     )
+    if cfg.special_tokens == "keep" and (backend != "hf" or cfg.architecture != "causal" or cfg.attention != "eager"):
+        raise s.fail("special_tokens", "keep decodes special tokens in the hf backend's eager path; set "
+                                       "model.backend: hf, model.attention: eager (a causal model) or remove it")
     if cfg.architecture == "seq2seq":
         if backend != "hf":
             raise s.fail("architecture", "seq2seq loads an encoder-decoder model in-process; it needs backend: hf")

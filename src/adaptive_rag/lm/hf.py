@@ -45,10 +45,13 @@ class HFModel:
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "cpu", threads: int = 1,
                  seed: int = 0, batch_size: int = 8, attention: str = "fast", cuda_graphs: bool = False,
-                 loaded: tuple | None = None, fused_kernels: bool | None = None):
+                 loaded: tuple | None = None, fused_kernels: bool | None = None, special_tokens: str = "skip"):
         """`loaded`: a (model, tokenizer) pair already in memory (benchmarks build randomly initialised
         models of a paper model's shape that way); `model_dir` then only names it. `fused_kernels`: the
-        fast path's fused layers (`FastDecoder(fused=...)`; default: on a CUDA device)."""
+        fast path's fused layers (`FastDecoder(fused=...)`; default: on a CUDA device). `special_tokens`:
+        `keep` writes the special tokens a continuation generates into its text and token texts, as a
+        decoder without `skip_special_tokens` does; a final end-of-sequence token is then one of its
+        tokens, with its probability (`rows.RowState.take`)."""
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -78,6 +81,7 @@ class HFModel:
         self._prefix_cache = None
         self._prefix_kv = PrefixKV(())
         self.attention = attention
+        self.skip_special = special_tokens == "skip"
         self.decoder = None
         if attention == "fast":
             from .fast_decoder import FastDecoder
@@ -104,6 +108,7 @@ class HFModel:
         return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,
                 "attention": self.attention, "device": self.device.split(":")[0], "batch_size": self.batch_size,
                 **({"cuda_graphs": True} if self.cuda_graphs else {}),
+                **({} if self.skip_special else {"special_tokens": "keep"}),
                 **({"kernels": "fused"} if self.decoder is not None and self.decoder.fused else {})}
 
     @property
@@ -490,7 +495,7 @@ class HFModel:
     # ---- token texts ----------------------------------------------------------------------------
 
     def token_texts(self, ids: list[int]) -> list[str]:
-        return token_texts(self.tokenizer, ids)
+        return token_texts(self.tokenizer, ids, self.skip_special)
 
 
 def _up_projection(block):
@@ -512,8 +517,9 @@ def _first_attribute(root, paths: Sequence[str]):
     return None
 
 
-def token_texts(tokenizer, ids: list[int]) -> list[str]:
-    """Each token's contribution to the decoded text; they always join to exactly `decode(ids)`.
+def token_texts(tokenizer, ids: list[int], skip_special: bool = True) -> list[str]:
+    """Each token's contribution to the decoded text; they always join to exactly `decode(ids)`
+    (special tokens written as their text when not `skip_special`).
 
     Decoding growing prefixes handles SentencePiece's leading spaces; a token holding only part of
     a multi-byte character decodes to U+FFFD until the character completes, so earlier texts are
@@ -522,7 +528,7 @@ def token_texts(tokenizer, ids: list[int]) -> list[str]:
     texts: list[str] = []
     joined = ""
     for n in range(1, len(ids) + 1):
-        current = tokenizer.decode(ids[:n], skip_special_tokens=True)
+        current = tokenizer.decode(ids[:n], skip_special_tokens=skip_special)
         common = len(joined) if current.startswith(joined) else 0  # the usual case, checked in one call
         while common < min(len(joined), len(current)) and joined[common] == current[common]:
             common += 1

@@ -113,16 +113,15 @@ class RowState:
         token = chosen.tokens[i]
         if token in model.eos_ids:
             self.finish = "eos"
-            return (token, self.prompt_len + len(self.ids)) if final_layers else None
-        self.ids.append(token)
-        self.logprobs.append(chosen.logprobs[i])
-        if chosen.entropies is not None:
-            self.entropies.append(chosen.entropies[i])
-        if chosen.logsumexp is not None:
-            self.logsumexp.append(chosen.logsumexp[i])
-        if chosen.watched is not None:
-            self.watched.append(chosen.watched[i])
-        if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)[1]:
+            if getattr(model, "skip_special", True):
+                return (token, self.prompt_len + len(self.ids)) if final_layers else None
+            # `special_tokens: keep`: the end token is one of the continuation's tokens, with its
+            # probability and (fed once more) its own attention row, as the DRAGIN reference's decode has it
+            self.record(chosen, i, token)
+            return (token, self.prompt_len + len(self.ids) - 1) if want_rows or final_layers else None
+        self.record(chosen, i, token)
+        if cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=getattr(model, "skip_special", True)),
+                       stop)[1]:
             self.finish = "stop"
         elif len(self.ids) >= max_new_tokens:
             self.finish = "length"
@@ -131,9 +130,20 @@ class RowState:
             return fed, self.prompt_len + len(self.ids) - 1
         return None
 
+    def record(self, chosen: Chosen, i: int, token: int) -> None:
+        self.ids.append(token)
+        self.logprobs.append(chosen.logprobs[i])
+        if chosen.entropies is not None:
+            self.entropies.append(chosen.entropies[i])
+        if chosen.logsumexp is not None:
+            self.logsumexp.append(chosen.logsumexp[i])
+        if chosen.watched is not None:
+            self.watched.append(chosen.watched[i])
+
     def result(self, model, stop: Sequence[str], extras: Extras) -> Continuation:
         texts = model.token_texts(self.ids)
-        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=True), stop)
+        text, _ = cut_at_stop(model.tokenizer.decode(self.ids, skip_special_tokens=getattr(model, "skip_special", True)),
+                              stop)
         # Keep every token that contributes a character to `text` (the last may run into the stop string).
         keep, length = 0, 0
         while keep < len(texts) and length < len(text):

@@ -54,6 +54,7 @@ class DRAGIN(TriggeredRetrieval):
     when = 'RIND = a_i · H_i · s_i > `theta` for any token of the look-ahead sentence'
     what = 'QFS: the `top_n` real words of question + answer so far, ranked by the attention the hallucinated token pays them'
     needs = frozenset({ENTROPY, ATTENTIONS})
+    skip_empty = True  # `joining: dragin-code`: AttnWeightRAG.inference joins only the non-empty pieces
     later_settings = {**TriggeredRetrieval.later_settings, **LATER}
 
     @classmethod

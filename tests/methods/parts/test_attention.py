@@ -3,6 +3,8 @@ token receives, and DRAGIN's real-words query (QFS) ranked by the attention the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,14 @@ def test_real_words_query_keeps_the_word_before_a_token_that_starts_a_new_word()
 def test_real_words_query_reference_switches(punctuation, duplicates, top_n, query):
     assert real_words_query(qfs_lookahead(), 4, QUESTION, ANSWER_SO_FAR, top_n, punctuation=punctuation,
                             duplicates=duplicates) == query
+
+
+def test_a_whole_sentence_query_reads_up_to_the_last_token_when_the_text_ends_in_an_end_of_turn_text():
+    # `end_of_turn: keep` appends "<|im_end|>" to the text without a token: the fired sentence then ends
+    # past the generated tokens, and the query reads the generated text up to its last token.
+    # Chunks and the attention " Se" (token 4) pays them: "Seine." .40 (" Se"; "ine" and "." come after
+    # it), Paris .20, river .15 (its best occurrence), "Paris?" .11, "city." .09, flows .02; in text order:
+    la = qfs_lookahead()
+    ended = LookAhead(dataclasses.replace(la.c, text=la.c.text + "<|im_end|>"))
+    assert real_words_query(ended, 4, QUESTION, ANSWER_SO_FAR, 35, punctuation=True,
+                            sentence=(1, len(ended.text))) == "flows Paris? Paris city. river Seine."

@@ -99,8 +99,8 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
         continues_word = token < len(c.tokens) and c.tokens[token][:1].isalnum()
         while continues_word and cut > len(prompt_text) and virtual[cut - 1].isalnum():  # drop the word's start
             cut -= 1
-    else:
-        cut = len(prompt_text) + sentence[1]
+    else:  # the sentence may end in an end-of-turn text the continuation has no token for (`end_of_turn: keep`)
+        cut = min(len(virtual), len(prompt_text) + sentence[1])
     regions.append((len(prompt_text), cut))
     scored, seen = [], set()
     for start, end in regions:

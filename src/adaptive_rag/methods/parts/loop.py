@@ -16,7 +16,8 @@ generating and checking one sentence at a time, at a fraction of the calls.
 A question stops when its text says "the answer is", when a step adds nothing, when the model ends
 its answer, or at the token budget. Questions advance in lockstep: every step is one batched call.
 The loop rules (stop strings, how far each call looks ahead, how "the answer is" is checked, whether
-the end-of-turn token is kept) are settings (`rules.py`), read with the other common settings.
+the end-of-turn token is kept, how kept pieces are joined) are settings (`rules.py`), read with the
+other common settings.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ...lm.base import NO_EXTRAS, Continuation, Extras
 from ..base import Answer, Method, count_sentences, step_record
+from . import joining
 from .lookahead import LookAhead
 from .rules import read_loop_rules
 
@@ -46,6 +48,8 @@ class QuestionState:
         self.query = example.question  # EveryStepRetrieval's next query
         self.done = False
         self.answer = Answer(output="", prompt=prompt)
+        self.next_prefix: str | None = None  # the next call's prefix when it is not `text` (`joining: dragin-code`)
+        self.before = ""  # `joining: dragin-code`: the look-ahead's sentences before the fired one
 
     def keep(self, lookahead: LookAhead, chars: int) -> str:
         """Append the first `chars` characters of a continuation (trailing space dropped: the next
@@ -67,12 +71,16 @@ class DynamicMethod(Method):
 
     @classmethod
     def read_common(cls, section, keep: str = "all") -> dict[str, Any]:
+        rules = read_loop_rules(section)
+        if rules.get("joining", "exact") != "exact" and not issubclass(cls, TriggeredRetrieval):
+            raise section.fail("joining", "dragin-code joins the pieces of the triggered loop (FLARE, DRAGIN); "
+                                          "remove it from this method")
         return {
             "top_k": section.int("top_k", 3, minimum=1),
             "max_retrievals": section.int("max_retrievals", None, minimum=0, allow_none=True),
             "keep": section.str("keep", keep, KEEP),
             "retriever": cls.read_retriever(section),
-            **read_loop_rules(section),
+            **rules,
         }
 
     def answer_batch(self, examples) -> list[Answer]:
@@ -86,8 +94,12 @@ class DynamicMethod(Method):
             for state, old in zip(active, before):
                 if state.done:
                     continue
-                if (state.text == old or self.rules.says_answer(state.text)
-                        or state.kept_tokens >= self.ctx.max_new_tokens):
+                if self.rules.joining == "dragin-code":  # src/generate.py: no growth in length, or over budget
+                    stalled = len(state.text) <= len(old)
+                    over = self.text_tokens(state.text) > self.ctx.max_new_tokens
+                else:
+                    stalled, over = state.text == old, state.kept_tokens >= self.ctx.max_new_tokens
+                if stalled or self.rules.says_answer(state.text) or over:
                     state.done = True
         for state in states:
             state.answer.output = state.text.strip()
@@ -97,6 +109,16 @@ class DynamicMethod(Method):
 
     def step(self, active: list[QuestionState]) -> None:
         raise NotImplementedError
+
+    def text_tokens(self, text: str) -> int:
+        """`len(tokenizer.encode(text))`, the reference loops' budget check (`joining: dragin-code`)."""
+        tokenizer = getattr(self.ctx.lm, "tokenizer", None)
+        if tokenizer is None:
+            from ...errors import ConfigError
+
+            raise ConfigError("joining: dragin-code counts the text's tokens with the model's tokenizer, which "
+                              "this backend does not give (the hf backend does); use joining: exact")
+        return len(tokenizer.encode(text))
 
     def capped(self, state: QuestionState) -> bool:
         cap = self.settings["max_retrievals"]
@@ -110,7 +132,8 @@ class DynamicMethod(Method):
             rows = [i for i, n in enumerate(limits) if n == limit]
             start = time.perf_counter()
             prompts = [self.cot_prompt(states[i].example.question, states[i].hits if with_passages else ())
-                       .with_prefix(states[i].text) for i in rows]
+                       .with_prefix(states[i].text if states[i].next_prefix is None else states[i].next_prefix)
+                       for i in rows]
             results = [self.rules.ended(c, self.ctx.lm)
                        for c in self.ctx.lm.generate(prompts, limit, self.rules.stop, extras)]
             share = (time.perf_counter() - start) / len(rows)
@@ -137,6 +160,13 @@ class DynamicMethod(Method):
 
     def keep_regenerated(self, state: QuestionState, lookahead: LookAhead) -> str:
         """All of a continuation made with passages, or its first sentence (the reference code)."""
+        if self.rules.joining == "dragin-code":
+            first = self.settings["keep"] == "first-sentence"
+            new = joining.first_sentence(lookahead.sentences) if first else lookahead.text.strip()
+            state.text = joining.kept_after_regeneration(state.text, state.before, new, self.skip_empty)
+            if not first and self.rules.finished(lookahead.c):
+                state.done = True
+            return new
         chars = len(lookahead.text)
         if self.settings["keep"] == "first-sentence" and lookahead.sentences:
             chars = lookahead.sentences[0].end
@@ -148,6 +178,9 @@ class DynamicMethod(Method):
 
 class TriggeredRetrieval(DynamicMethod):
     """Look ahead, judge sentence by sentence, retrieve and regenerate at the first that fires."""
+
+    # `joining: dragin-code`: leave empty pieces out of the joins (AttnWeightRAG, DRAGIN) or not (TokenRAG, FLARE)
+    skip_empty = False
 
     def extras(self) -> Extras:
         return NO_EXTRAS
@@ -164,6 +197,9 @@ class TriggeredRetrieval(DynamicMethod):
         return {}
 
     def step(self, active: list[QuestionState]) -> None:
+        joined = self.rules.joining == "dragin-code"
+        for state in active:
+            state.next_prefix = joining.lookahead_prefix(state.text, self.skip_empty) if joined else None
         continuations = self.generate(active, False, [self.remaining(s) for s in active], self.extras())
         regenerate = []
         for state, c in zip(active, continuations):
@@ -180,7 +216,10 @@ class TriggeredRetrieval(DynamicMethod):
                         fired = (index, sentence, detection)
                         break
             if fired is None:
-                state.keep(lookahead, len(lookahead.text))
+                if joined:
+                    state.text = joining.kept_after_lookahead(state.text, lookahead.text)
+                else:
+                    state.keep(lookahead, len(lookahead.text))
                 state.done = self.rules.finished(c)
                 state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text)))
                 continue
@@ -188,7 +227,11 @@ class TriggeredRetrieval(DynamicMethod):
             state.answer.detections += 1
             # The query may read the text before the sentence, so it is built before the text is cut.
             query = self.build_query(state, lookahead, sentence, detection) or state.example.question
-            state.keep(lookahead, sentence.start)
+            if joined:
+                state.before = joining.text_before(lookahead.sentences, index)
+                state.next_prefix = joining.regenerate_prefix(state.text, state.before, self.skip_empty)
+            else:
+                state.keep(lookahead, sentence.start)
             hits = self.retrieve(state, query)
             state.answer.steps.append(step_record("look-ahead", c, kept=sentence.start, sentence=index,
                                                   fired=sentence.text, detection=detection.record(), query=query,

@@ -25,7 +25,11 @@ better), and another implementation's rules are reachable from params alone:
 - `lookahead` (the dynamic loop): how many tokens each call may generate: `remaining` (what is left
   of the budget), `full` (the whole budget every call, as the reference code), or a number;
 - `answer_check` (the dynamic loop): a question stops once its text says "the answer is" in `any-case`,
-  or only in `exact-case` (the reference code's check).
+  or only in `exact-case` (the reference code's check);
+- `joining` (the triggered loop: FLARE, DRAGIN and their kin): `exact` keeps the generated text as it
+  was generated and feeds it back as the prefix; `dragin-code` keeps and feeds back what the DRAGIN
+  reference code's loops put together (`joining.py`: stripped pieces joined with spaces), stops a
+  question when its text has more than `max_new_tokens` tokens or did not grow in length, as they do.
 
 Every key defaults to what the code did before it was a setting. A method's settings hold only the
 rules params give, and `Method.settings_key` leaves one given at its default out of a run's key, so
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...evaluation.answer import EXTRACTIONS
 from ...prompts.fewshot import STOP_STRINGS
+from .joining import JOINING
 
 if TYPE_CHECKING:
     from ...lm.base import Continuation
@@ -51,7 +56,8 @@ ANSWER_PHRASE = "the answer is"
 # every method of the loop family
 GENERATION_DEFAULTS: dict[str, Any] = {"stop": None, "end_of_turn": "strip", "answer_extraction": "project",
                                        "template": None}
-LOOP_DEFAULTS: dict[str, Any] = {"lookahead": "remaining", "answer_check": "any-case"}  # the dynamic loop
+LOOP_DEFAULTS: dict[str, Any] = {"lookahead": "remaining", "answer_check": "any-case",  # the dynamic loop
+                                 "joining": "exact"}
 
 
 def read_generation_rules(section: "Section") -> dict[str, Any]:
@@ -106,6 +112,8 @@ def read_loop_rules(section: "Section") -> dict[str, Any]:
         rules["lookahead"] = lookahead
     if "answer_check" in section.data:
         rules["answer_check"] = section.str("answer_check", choices=ANSWER_CHECKS)
+    if "joining" in section.data:
+        rules["joining"] = section.str("joining", choices=JOINING)
     return rules
 
 
@@ -118,13 +126,14 @@ class Rules:
     lookahead: str | int = "remaining"
     answer_check: str = "any-case"
     answer_extraction: str = "project"
+    joining: str = "exact"
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> "Rules":
         stop = settings.get("stop")
         return cls(STOP_STRINGS if stop is None else tuple(stop), settings.get("end_of_turn", "strip"),
                    settings.get("lookahead", "remaining"), settings.get("answer_check", "any-case"),
-                   settings.get("answer_extraction", "project"))
+                   settings.get("answer_extraction", "project"), settings.get("joining", "exact"))
 
     @property
     def fallback_stop(self) -> tuple[str, ...]:
@@ -153,9 +162,12 @@ class Rules:
         judgements never see it, the kept text and the output do)."""
         if self.end_of_turn == "strip" or c.finish_reason != "eos":
             return c
+        end = end_of_turn_text(lm)
+        if c.tokens and c.tokens[-1] == end:  # `model.special_tokens: keep`: the end token is already a token
+            return c
         import dataclasses
 
-        return dataclasses.replace(c, text=c.text + end_of_turn_text(lm))
+        return dataclasses.replace(c, text=c.text + end)
 
 
 def end_of_turn_text(lm) -> str:
