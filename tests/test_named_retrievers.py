@@ -332,7 +332,7 @@ def test_a_run_naming_an_encoder_depends_on_that_index_only(tmp_path):
     copy_workflow(tmp_path)
 
     def edit(data):
-        named(data)
+        named(own_label_strategies(data))
         data["methods"]["sr-rag"]["retriever"] = "dense:sgpt"
 
     edit_params(tmp_path, edit)
