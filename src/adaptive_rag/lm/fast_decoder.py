@@ -110,7 +110,9 @@ class FastDecoder:
         self._rms = self.fused and all(is_rms_norm(m) for layer in self.layers
                                        for m in (layer.input_layernorm, layer.post_attention_layernorm))
         # module -> (packed weight, bias) on the CPU; empty elsewhere (or where the kernel is unavailable)
-        self.packed = packed_linears(model, rows_hint) if self.device.type == "cpu" else {}
+        self.packed = packed_linears(model, rows_hint, skip={m for layer in self._fused for m in (
+            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj,
+            layer.mlp.up_proj)}) if self.device.type == "cpu" else {}
         self.cuda_graphs = cuda_graphs
         self._slots: SlotKV | None = None  # static mode: the slots every call reuses
         self._prefix_keys: list = []  # static mode: [kv heads, capacity, head dim] per layer
@@ -470,10 +472,11 @@ class FastDecoder:
         return self.linear(self.head, normed).float()
 
 
-def packed_linears(model, rows_hint: int) -> dict:
-    """Every linear layer of `model` (a float32 or bfloat16 model on the CPU) with its weight packed for
-    oneDNN's inner product, {module: (packed weight, bias)}; {} where the kernel is unavailable or its
-    output differs from `torch.nn.functional.linear` on a probe by more than rounding."""
+def packed_linears(model, rows_hint: int, skip: set = frozenset()) -> dict:
+    """Every linear layer of `model` (a float32 or bfloat16 model on the CPU) but those in `skip` (the
+    fused ones, read through their fused matrix) with its weight packed for oneDNN's inner product,
+    {module: (packed weight, bias)}; {} where the kernel is unavailable or its output differs from
+    `torch.nn.functional.linear` on a probe by more than rounding."""
     import torch
 
     parameter = next(model.parameters())
@@ -494,7 +497,7 @@ def packed_linears(model, rows_hint: int) -> dict:
         return {}
     with torch.inference_mode():
         return {module: (ops._reorder_linear_weight(module.weight, rows_hint), module.bias)
-                for module in model.modules() if isinstance(module, torch.nn.Linear)}
+                for module in model.modules() if isinstance(module, torch.nn.Linear) and module not in skip}
 
 
 def cascade_attention(q, prefix_k, prefix_v, own_k, own_v, own_bias, scaling: float, keep_probs: bool,
