@@ -79,13 +79,13 @@ class AdaptiveRetrieval(Method):
 
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:
-        name = "popularity" if settings.get("popularity_proxy", "none") == "none" else "corpus_frequency"
+        name = "corpus_frequency" if proxy_of(settings) else "popularity"
         return {**super().inputs(settings, dataset, method), name: settings["popularity"].replace("{dataset}", dataset)}
 
     @classmethod
     def row_note(cls, settings) -> str | None:
-        proxy = settings.get("popularity_proxy", "none")
-        return None if proxy == "none" else f"popularity: {proxy}, not page views"
+        proxy = proxy_of(settings)
+        return f"popularity: {proxy}, not page views" if proxy else None
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
@@ -112,9 +112,8 @@ class AdaptiveRetrieval(Method):
         path = self.popularity_path
         missing = [e.id for e in examples if e.id not in self.popularity]
         if missing:
-            fix = ("add each question id with its entity's monthly Wikipedia page views"
-                   if self.settings.get("popularity_proxy", "none") == "none"
-                   else f"it was computed for other questions: delete it and rerun `snakemake --cores all {path}`")
+            fix = (f"it was computed for other questions: delete it and rerun `snakemake --cores all {path}`"
+                   if proxy_of(self.settings) else "add each question id with its entity's monthly Wikipedia page views")
             raise InputError(f"{path}: no popularity for question {missing[0]!r}"
                              f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; {fix}")
         return [self.popularity[e.id] for e in examples]
@@ -243,12 +242,18 @@ def best(rows: list[dict]) -> float:
         "threshold"]
 
 
+def proxy_of(settings: dict) -> str | None:
+    """The popularity proxy a configuration reads (`popularity_proxy`), None for the user's page views."""
+    proxy = settings.get("popularity_proxy", "none")
+    return None if proxy == "none" else proxy
+
+
 def calibrated_settings(settings: dict) -> dict:
     """The settings a calibration file's answers and cuts depend on (a run refuses a file made with
     others). The popularity proxy is one: a cut in passages is no cut in page views. At its default it is
     left out, so a calibration made before the setting existed still serves."""
     return {k: v for k, v in settings.items()
-            if k not in NOT_CALIBRATED and not (k == "popularity_proxy" and v == "none")}
+            if k not in NOT_CALIBRATED and not (k == "popularity_proxy" and not proxy_of(settings))}
 
 
 def _read_threshold(section) -> float | str:
