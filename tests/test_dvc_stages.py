@@ -102,6 +102,13 @@ def test_a_run_depends_on_the_files_its_method_declares(committed, params):
     assert not set(detectors) & set(committed["ablation_sugar_table2"]["deps"])
     seakr = committed["ablation_seakr_reasoning"]["deps"]
     assert not [d for d in seakr if d.startswith("data/calibration")]
+    # Adaptive Retrieval's corpus-frequency popularity is made inside the target too, from the split and
+    # the corpus behind the index, both dependencies already
+    table1 = committed["ablation_sugar_table1"]["deps"]
+    assert not [d for d in table1 if d.startswith("data/popularity")]
+    assert {"data/splits/demo-single-small.jsonl", "data/splits/demo-single-calib.jsonl", "data/index/demo/bm25"} <= set(
+        table1)
+    assert _Builder(params).declared_inputs("demo-single-small", "sugar-table1--adaptive-retrieval") == []
 
 
 def test_no_two_stages_own_overlapping_paths(committed):

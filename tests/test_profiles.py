@@ -173,6 +173,12 @@ def test_sugar_profile_has_the_papers_settings():
         "sugar-pe-mean": ("pe", "mean", "pe"), "sugar-pe-se": ("pe", "mean", "se"), "sugar-mean": ("se", "mean", "se")}
     assert (ablations["sugar-entropy"].plot, ablations["sugar-entropy"].datasets) == (
         "sugar-entropy", SUGAR_SINGLE + SUGAR_MULTI)
+    # Table I's Adaptive Retrieval row: the corpus-frequency popularity (no page views offline), its cut
+    # calibrated per dataset
+    retrieval = p.method("adaptive-retrieval").settings
+    assert (retrieval["popularity_proxy"], retrieval["threshold"], retrieval["calibration_dataset"]) == (
+        "corpus-frequency", "calibrated", "{dataset}-calib")
+    assert "adaptive-retrieval" in ablations["sugar-table1"].vary["method"]
 
 
 @pytest.mark.slow  # Snakemake dry runs
@@ -183,10 +189,13 @@ def test_sugar_profile_plans_calibrations_tables_and_figure(tmp_path):
     jobs = {parts[0]: int(parts[1]) for parts in map(str.split, out.splitlines())
             if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job")}
     # 10 splits (5 evaluated, 5 calibration); one calibration per SUGAR configuration and dataset (Tables I
-    # 3, II 2, III 3 x 2, Figure 2's runs 5); 35 runs and the Time baseline's 5, Table I's Adaptive-RAG row on
-    # its 3 datasets and the 15 runs its labels read (3 strategies x 5 calibration splits); three tables and
-    # the figure; the labels and the classifier
-    assert jobs["split"] == 10 and jobs["calibrate"] == 16 and jobs["generate"] == 40 + 3 + 15
+    # 3, II 2, III 3 x 2, Figure 2's runs 5) and per dataset of Table I's Adaptive Retrieval row (3); 35 runs
+    # and the Time baseline's 5, Table I's Adaptive-RAG and Adaptive Retrieval rows on its 3 datasets and the
+    # 15 runs the labels read (3 strategies x 5 calibration splits); the corpus-frequency popularity of
+    # Table I's 3 datasets and their calibration splits; three tables and the figure; the labels and the
+    # classifier
+    assert jobs["split"] == 10 and jobs["calibrate"] == 16 + 3 and jobs["generate"] == 40 + 3 + 3 + 15
+    assert jobs["popularity"] == 6
     assert jobs["dense_index"] == 1 and jobs["ablation"] == 3 and jobs["sugar_entropy_levels"] == 1
     assert jobs["complexity_labels"] == 1 and jobs["train_complexity_classifier"] == 1
 

@@ -388,6 +388,27 @@ def cmd_calibrate(args) -> None:
           f"{_flat(record['thresholds'])} -> {args.out}")
 
 
+def cmd_popularity(args) -> None:
+    """Adaptive Retrieval's corpus-frequency popularity of one split (rule `popularity`)."""
+    from .io import read_jsonl
+    from .methods.adaptive_retrieval import PROXY_POPULARITY
+    from .methods.parts.corpus_frequency import corpus_frequency, write
+
+    params = load_params(args.params)
+    params.dataset(args.dataset)  # an unknown name fails here, naming the datasets there are
+    split = Path(args.split or f"data/splits/{args.dataset}.jsonl")
+    collection = Path(args.collection or f"data/corpus/{params.corpus.name}")
+    out = Path(args.out or PROXY_POPULARITY.replace("{dataset}", args.dataset))
+    rows = read_jsonl(split, "split file (run the splits step first)")
+    records, passages = corpus_frequency([(r["id"], r["question"]) for r in rows], collection,
+                                         args.threads or params.retrieval.threads)
+    entities = write(records, out)
+    named = sum(r["entity"] is not None for r in records)
+    print(f"popularity {args.dataset} (corpus-frequency over {passages} passages of {collection}): "
+          f"{len(records)} questions, {named} with an entity, {sum(r['popularity'] == 0 for r in records)} at 0 "
+          f"-> {out} ({entities})")
+
+
 def _flat(values: dict, prefix: str = "") -> str:
     """Thresholds as one line: `best-f1 -5.1000` (SeaKR) or `se calibrated [0.3251, 0.9163]` (SUGAR)."""
     def show(v):
@@ -681,6 +702,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-dir", help=MODEL_DIR_HELP)
     p.add_argument("--index", help="the index the method searches, for types that answer with retrieval while "
                                    "calibrating (SUGAR; default: the workflow's index of its retriever)")
+    p = step("popularity", cmd_popularity, "Adaptive Retrieval's corpus-frequency popularity of a split: per "
+                                           "question, the passages of the corpus that mention its entity (a "
+                                           "corpus count, not page views; methods' popularity_proxy)")
+    p.add_argument("--dataset", required=True, help=DATASET_HELP)
+    p.add_argument("--split", help=f"{SPLIT_HELP}; default: that path")
+    p.add_argument("--collection", help="the corpus step's JsonCollection directory (default: "
+                                        "data/corpus/<corpus.name>)")
+    p.add_argument("--out", help="the popularity file to write (default: the workflow's, data/popularity/"
+                                 "corpus-frequency/<dataset>.json); each question's entities and counts go "
+                                 "beside it as <name>.entities.jsonl")
+    p.add_argument("--threads", type=int, default=None, help="processes scanning the corpus shards (default: "
+                                                             "retrieval.threads)")
     p = step("sugar-entropy", cmd_sugar_entropy, "SUGAR Figure 2: per-question SE and PE of SUGAR runs, per "
                                                  "dataset, with the thresholds (PNG, CSV, markdown)")
     p.add_argument("--name", required=True, help="the ablation's name (the figure's title)")

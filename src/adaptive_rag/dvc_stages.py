@@ -168,14 +168,17 @@ class _Builder:
     def declared_inputs(self, dataset: str, method: str) -> list[str]:
         """The files the method type declares (`Method.inputs`, DioR's trained detectors), so the stage
         waits for the stages that write them and reruns when they change. A calibration file is left
-        out: the run's own Snakemake target makes it, from the split and settings already listed."""
+        out: the run's own Snakemake target makes it, from the split and settings already listed; so are
+        the type's `derived_inputs` (Adaptive Retrieval's corpus-frequency popularity, made from the split
+        and the corpus behind the listed index)."""
         from .methods.parts.calibrated import calibration_path
 
         cfg = self.p.method(method)
-        declared = self.method_class(cfg.type).inputs(cfg.settings_for(dataset), dataset, method)
+        cls = self.method_class(cfg.type)
+        declared = cls.inputs(cfg.settings_for(dataset), dataset, method)
         calibration = self.calibration(dataset, method)
         own = calibration_path(calibration, method) if calibration else None
-        return [path for path in declared.values() if path != own]
+        return [path for name, path in declared.items() if path != own and name not in cls.derived_inputs]
 
     def exemplars(self, dataset: str) -> list[str]:
         spec = self.p.dataset(dataset).exemplars

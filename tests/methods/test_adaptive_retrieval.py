@@ -106,6 +106,71 @@ def test_the_popularity_file_is_a_declared_input_and_a_missing_one_says_what_to_
         method_inputs(params, "demo", "ar")
 
 
+def test_the_corpus_frequency_proxy_is_a_file_the_workflow_makes_and_a_missing_one_names_its_target(
+        tmp_path, monkeypatch):
+    from adaptive_rag.config import parse_params
+
+    settings = settings_of(AdaptiveRetrieval, {"popularity_proxy": "corpus-frequency"}, "m")
+    assert settings["popularity"] == "data/popularity/corpus-frequency/{dataset}.json"
+    assert AdaptiveRetrieval.inputs(settings, "nq", "ar") == {
+        "calibration": "data/calibration/nq-calib/ar.json",
+        "corpus_frequency": "data/popularity/corpus-frequency/nq.json"}
+    assert AdaptiveRetrieval.row_note(settings) == "popularity: corpus-frequency, not page views"
+    assert AdaptiveRetrieval.row_note(settings_of(AdaptiveRetrieval, {}, "m")) is None
+    with pytest.raises(ConfigError, match=r"methods\.m\.popularity: a page-view file and popularity_proxy: "
+                                          r"corpus-frequency exclude each other; remove one of the two"):
+        settings_of(AdaptiveRetrieval, {"popularity_proxy": "corpus-frequency", "popularity": "p.json"}, "methods.m")
+    with pytest.raises(ConfigError, match="popularity_proxy"):
+        settings_of(AdaptiveRetrieval, {"popularity_proxy": "page-views"}, "methods.m")
+
+    from conftest import REPO
+    import yaml
+
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["methods"]["ar"] = {"type": "adaptive-retrieval", "threshold": 10, "popularity_proxy": "corpus-frequency"}
+    monkeypatch.chdir(tmp_path)
+    params = parse_params(data, "params.yaml")
+    with pytest.raises(InputError, match=r"^data/popularity/corpus-frequency/demo\.json: missing; methods\.ar reads "
+                                         r"it as its corpus_frequency \(snakemake --cores all "
+                                         r"data/popularity/corpus-frequency/demo\.json makes it\)$"):
+        method_inputs(params, "demo", "ar")
+
+
+def test_the_proxy_enters_the_run_key_and_the_calibration_only_when_set():
+    from adaptive_rag.config import parse_params
+    from adaptive_rag.methods.adaptive_retrieval import calibrated_settings
+    from adaptive_rag.progress import digest
+
+    from conftest import REPO
+    import yaml
+
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+
+    def key(**extra):
+        data["methods"]["ar"] = {"type": "adaptive-retrieval", "threshold": 10, **extra}
+        return digest(parse_params(data, "params.yaml").run_settings("demo", "ar"))
+
+    assert key() == key(popularity_proxy="none") != key(popularity_proxy="corpus-frequency")
+    plain = settings_of(AdaptiveRetrieval, {}, "m")
+    assert "popularity_proxy" not in calibrated_settings(plain)  # files calibrated before the setting still serve
+    proxy = settings_of(AdaptiveRetrieval, {"popularity_proxy": "corpus-frequency"}, "m")
+    assert calibrated_settings(proxy)["popularity_proxy"] == "corpus-frequency"  # a cut in passages, not views
+
+
+def test_a_proxy_file_missing_a_question_says_to_rebuild_it(tmp_path):
+    settings = settings_of(AdaptiveRetrieval, {"threshold": 3, "popularity_proxy": "corpus-frequency"}, "m")
+    path = tmp_path / "demo.json"
+    path.write_text(json.dumps({"a": 2}))
+    ctx = Context(lm=ScriptedLM(SCRIPT), exemplars=SCRIPTED_EXEMPLARS, prompt_format="raw", max_new_tokens=50,
+                  retriever=RecordingRetriever(), answer_fallback_tokens=5, inputs={"corpus_frequency": path})
+    method = AdaptiveRetrieval(settings, ctx)
+    [answer] = method.answer_batch(examples("a"))
+    assert answer.retrievals == 1 and answer.steps[0]["popularity"] == 2.0
+    with pytest.raises(InputError, match=r"demo\.json: no popularity for question 'b'; it was computed for other "
+                                         r"questions: delete it and rerun `snakemake --cores all .*demo\.json`"):
+        method.answer_batch(examples("b"))
+
+
 def test_settings_refuse_a_negative_or_named_threshold():
     for bad in (-1, "median", True):
         with pytest.raises(ConfigError, match="methods.m.threshold: expected a number of monthly page views"):
@@ -176,9 +241,13 @@ def test_a_calibrated_run_reads_its_rule_and_refuses_the_calibration_questions_a
 @pytest.mark.slow
 def test_workflow_calibrates_on_demo_calib_and_routes_each_question_by_its_popularity(tiny_llama_dir, tmp_path):
     """The calibrate step answers demo-calib both ways with the popularity file as an input; the run on
-    demo-small retrieves exactly for the questions below the calibrated threshold."""
+    demo-small retrieves exactly for the questions below the calibrated threshold. The same with
+    `popularity_proxy: corpus-frequency`, whose files the `popularity` rule writes for the run's split and
+    its calibration split from the corpus step's collection; the CLI step with its defaults writes the
+    same file."""
+    from adaptive_rag.methods.parts.corpus_frequency import corpus_frequency
+    from conftest import CLI, edit_params, run
     from test_workflow import tiny_params
-    from conftest import edit_params
 
     copy_workflow(tmp_path)
     demo = json.loads((tmp_path / "data/demo/hotpot_demo.json").read_text())
@@ -192,13 +261,28 @@ def test_workflow_calibrates_on_demo_calib_and_routes_each_question_by_its_popul
         data["datasets"]["demo-calib"]["sample"].update(size=3, skip=3)
         data["methods"]["adaptive-retrieval"] = {"calibration_dataset": "demo-calib", "calibration_cuts": "values",
                                                  "popularity": "data/popularity/demo.json"}
+        data["methods"]["ar-proxy"] = {"type": "adaptive-retrieval", "popularity_proxy": "corpus-frequency",
+                                       "calibration_dataset": "demo-calib", "calibration_cuts": "values"}
     edit_params(tmp_path, edit)
-    snakemake(tmp_path, "data/runs/demo-small/adaptive-retrieval/predictions.jsonl")
-    calibration = json.loads((tmp_path / "data/calibration/demo-calib/adaptive-retrieval.json").read_text())
-    assert len(calibration["per_question"]) == 3 and set(calibration["thresholds"]) == {"histogram", "values"}
-    threshold = calibration["thresholds"]["values"]
-    popularity = json.loads((tmp_path / "data/popularity/demo.json").read_text())
-    records = read_jsonl(tmp_path / "data/runs/demo-small/adaptive-retrieval/predictions.jsonl")
-    assert len(records) == 3
-    for record in records:
-        assert record["counters"]["retrievals"] == int(popularity[record["id"]] < threshold)
+    snakemake(tmp_path, *(f"data/runs/demo-small/{m}/predictions.jsonl" for m in ("adaptive-retrieval", "ar-proxy")))
+    made = tmp_path / "data/popularity/corpus-frequency"
+    for dataset in ("demo-small", "demo-calib"):
+        split = read_jsonl(tmp_path / f"data/splits/{dataset}.jsonl")
+        records, passages = corpus_frequency([(r["id"], r["question"]) for r in split], tmp_path / "data/corpus/demo")
+        assert passages == 344
+        assert json.loads((made / f"{dataset}.json").read_text()) == {r["id"]: r["popularity"] for r in records}
+        assert read_jsonl(made / f"{dataset}.entities.jsonl") == records
+    for method, path in [("adaptive-retrieval", "data/popularity/demo.json"),
+                         ("ar-proxy", "data/popularity/corpus-frequency/demo-small.json")]:
+        calibration = json.loads((tmp_path / f"data/calibration/demo-calib/{method}.json").read_text())
+        assert len(calibration["per_question"]) == 3 and set(calibration["thresholds"]) == {"histogram", "values"}
+        assert calibration["settings"].get("popularity_proxy") == ("corpus-frequency" if method == "ar-proxy" else None)
+        threshold = calibration["thresholds"]["values"]
+        popularity = json.loads((tmp_path / path).read_text())
+        records = read_jsonl(tmp_path / f"data/runs/demo-small/{method}/predictions.jsonl")
+        assert len(records) == 3
+        for record in records:
+            assert record["counters"]["retrievals"] == int(popularity[record["id"]] < threshold)
+    (made / "demo-small.json").unlink()
+    run([*CLI, "popularity", "--dataset", "demo-small"], tmp_path)
+    assert json.loads((made / "demo-small.json").read_text()) == popularity

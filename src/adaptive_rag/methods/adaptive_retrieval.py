@@ -12,7 +12,10 @@ papers that report this baseline on NQ, HotpotQA, 2Wiki or SQuAD (starsuzi/Adapt
 SUGAR's Table I repeats) contains a substitute signal. The popularity is therefore a file the user
 provides (`popularity`, default `data/popularity/<dataset>.json`): one JSON object mapping each
 question id to its subject entity's monthly page views. The file is an input of the run, so a changed
-file reruns it.
+file reruns it. `popularity_proxy: corpus-frequency` reads instead a file the workflow computes
+(`data/popularity/corpus-frequency/<dataset>.json`, rule `popularity`): how many passages of the run's
+corpus mention the question's entity (`parts.corpus_frequency`), a corpus count, not page views; its
+runs' table rows say so.
 
 The threshold is a number, or `calibrated`: read off a calibration split the evaluation does not use
 (`calibration_dataset`, by default `<dataset>-calib`), where every question is answered both ways and
@@ -36,6 +39,10 @@ from .parts.rules import read_generation_rules
 from .registry import register
 
 DEFAULT_POPULARITY = "data/popularity/{dataset}.json"
+# The popularity the workflow computes (rule `popularity`, `adaptive-rag popularity`) instead of page views.
+CORPUS_FREQUENCY = "corpus-frequency"
+PROXIES = ("none", CORPUS_FREQUENCY)
+PROXY_POPULARITY = "data/popularity/corpus-frequency/{dataset}.json"
 DEFAULT_CALIBRATION = "{dataset}-calib"
 CUTS = ("histogram", "values")
 HISTOGRAM_BINS = 10  # numpy.histogram's default, which the reference notebook uses
@@ -52,11 +59,17 @@ class AdaptiveRetrieval(Method):
     calibration_retrieves = True
     uncalibrated = "threshold (a number of monthly page views)"
     provided_inputs = {"popularity": POPULARITY_FILE}
+    derived_inputs = frozenset({"corpus_frequency"})  # the `popularity` rule makes it from the split and corpus
+    later_settings = {**Method.later_settings, "popularity_proxy": "none"}  # runs built before it keep their key
 
     @classmethod
     def read_settings(cls, section) -> dict[str, Any]:
-        settings = {"threshold": _read_threshold(section),
-                    "popularity": section.str("popularity", DEFAULT_POPULARITY),
+        proxy = section.str("popularity_proxy", "none", PROXIES)
+        if proxy != "none" and "popularity" in section.data:
+            raise section.fail("popularity", f"a page-view file and popularity_proxy: {proxy} exclude each "
+                                             f"other; remove one of the two")
+        settings = {"threshold": _read_threshold(section), "popularity_proxy": proxy,
+                    "popularity": PROXY_POPULARITY if proxy != "none" else section.str("popularity", DEFAULT_POPULARITY),
                     "top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section),
                     **read_generation_rules(section)}
         if settings["threshold"] == "calibrated":
@@ -66,12 +79,17 @@ class AdaptiveRetrieval(Method):
 
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:
-        return {**super().inputs(settings, dataset, method),
-                "popularity": settings["popularity"].replace("{dataset}", dataset)}
+        name = "corpus_frequency" if proxy_of(settings) else "popularity"
+        return {**super().inputs(settings, dataset, method), name: settings["popularity"].replace("{dataset}", dataset)}
+
+    @classmethod
+    def row_note(cls, settings) -> str | None:
+        proxy = proxy_of(settings)
+        return f"popularity: {proxy}, not page views" if proxy else None
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
-        self.popularity = load_popularity(Path(context.inputs.get("popularity", "")))
+        self.popularity = load_popularity(Path(self.popularity_path))
         self.threshold, self.calibration_ids = self._threshold()
 
     def _threshold(self) -> tuple[float, frozenset]:
@@ -86,13 +104,18 @@ class AdaptiveRetrieval(Method):
 
         return load_calibration(path, "Adaptive Retrieval", read)
 
+    @property
+    def popularity_path(self) -> str:
+        return str(self.ctx.inputs.get("corpus_frequency") or self.ctx.inputs.get("popularity", ""))
+
     def popularity_of(self, examples) -> list[float]:
-        path = self.ctx.inputs.get("popularity", "")
+        path = self.popularity_path
         missing = [e.id for e in examples if e.id not in self.popularity]
         if missing:
+            fix = (f"it was computed for other questions: delete it and rerun `snakemake --cores all {path}`"
+                   if proxy_of(self.settings) else "add each question id with its entity's monthly Wikipedia page views")
             raise InputError(f"{path}: no popularity for question {missing[0]!r}"
-                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; add each question "
-                             f"id with its entity's monthly Wikipedia page views")
+                             f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; {fix}")
         return [self.popularity[e.id] for e in examples]
 
     def answer_batch(self, examples) -> list[Answer]:
@@ -219,9 +242,18 @@ def best(rows: list[dict]) -> float:
         "threshold"]
 
 
+def proxy_of(settings: dict) -> str | None:
+    """The popularity proxy a configuration reads (`popularity_proxy`), None for the user's page views."""
+    proxy = settings.get("popularity_proxy", "none")
+    return None if proxy == "none" else proxy
+
+
 def calibrated_settings(settings: dict) -> dict:
-    """The settings a calibration file's answers depend on (a run refuses a file made with others)."""
-    return {k: v for k, v in settings.items() if k not in NOT_CALIBRATED}
+    """The settings a calibration file's answers and cuts depend on (a run refuses a file made with
+    others). The popularity proxy is one: a cut in passages is no cut in page views. At its default it is
+    left out, so a calibration made before the setting existed still serves."""
+    return {k: v for k, v in settings.items()
+            if k not in NOT_CALIBRATED and not (k == "popularity_proxy" and not proxy_of(settings))}
 
 
 def _read_threshold(section) -> float | str:
@@ -229,6 +261,7 @@ def _read_threshold(section) -> float | str:
     if value == "calibrated":
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise section.fail("threshold", f"expected a number of monthly page views >= 0 or calibrated (from "
-                                        f"`calibration_dataset`); got {value!r}")
+        raise section.fail("threshold", f"expected a number of monthly page views (of passages with popularity_"
+                                        f"proxy: corpus-frequency) >= 0 or calibrated (from `calibration_dataset`); "
+                                        f"got {value!r}")
     return float(value)

@@ -130,6 +130,9 @@ class Method:
     # Declared inputs that no rule makes (name -> what the user must provide), so a missing one is
     # refused saying what to write instead of which Snakemake target to build.
     provided_inputs: dict[str, str] = {}
+    # Declared inputs that a rule makes from files the run already reads (a split, the corpus behind its
+    # index): the run's own Snakemake target makes them, so a DVC stage lists those files, not these.
+    derived_inputs: frozenset[str] = frozenset()
 
     @classmethod
     def calibration_dataset(cls, settings: dict[str, Any], dataset: str) -> str | None:

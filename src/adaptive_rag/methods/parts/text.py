@@ -90,6 +90,22 @@ def entities(text: str) -> list[Entity]:
     return [Entity(e.start_char, e.end_char, e.text, e.label_) for e in _entity_doc(text).ents]
 
 
+def proper_noun_runs(text: str) -> list[Span]:
+    """Maximal runs of consecutive proper nouns (POS PROPN) of `text`, in order: names the NER
+    component missed ("Quillhaven", "Garrow Roskilly")."""
+    runs: list[list] = []
+    previous = None
+    for token in _parse(text):
+        if token.pos_ == "PROPN":
+            if previous is not None and token.i == previous + 1:
+                runs[-1].append(token)
+            else:
+                runs.append([token])
+            previous = token.i
+    return [Span(run[0].idx, run[-1].idx + len(run[-1].text), text[run[0].idx:run[-1].idx + len(run[-1].text)])
+            for run in runs]
+
+
 def stop_words() -> frozenset[str]:
     from spacy.lang.en.stop_words import STOP_WORDS
 
