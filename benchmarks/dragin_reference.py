@@ -8,6 +8,10 @@ Nothing of the reference is kept here: its `src/` is imported from the checkout 
 - the space marker is the tokenizer's own (`Ġ` for SmolLM2; `BasicGenerator` picks "▁" for every
   model of type llama, SmolLM2's included) and the newline token id the tokenizer's (198 for
   SmolLM2; src/generate.py compares ids with Llama's 13 in `generate_attn` and `keep_real_words`);
+- a token's string (`convert_ids_to_tokens`, which `generate_attn` and `keep_real_words` merge into
+  words and join into queries) is its decoded text with every space written as the space marker, as
+  a SentencePiece token spells it: SmolLM2's byte-level strings would otherwise carry "Ċ" for a
+  newline into the merged words and, re-encoded, "ÄĬ" into the queries;
 - the model is loaded on the CPU in float32 with eager attention (`output_attentions` needs it) and
   runs on the profile's `generation.threads` (torch's default would take every core);
 - FLARE's per-token texts (`BasicGenerator.generate`, `return_logprobs`) lose their leading space,
@@ -97,6 +101,7 @@ def import_reference(reference: Path, model_dir: Path | None, search=None):
     def generator_init(self, path):
         init(self, path)
         self.space_token = self.tokenizer.tokenize(" ")[0]
+        self.tokenizer.convert_ids_to_tokens = spelled_tokens(self.tokenizer, self.space_token)
 
     ref_generate.BasicGenerator.__init__ = generator_init
     newline = None
@@ -116,6 +121,20 @@ def import_reference(reference: Path, model_dir: Path | None, search=None):
     ref_data.HotpotQA.get_real_prediction = get_real_prediction
     import eval as ref_eval
     return ref_data, ref_generate, ref_eval
+
+
+def spelled_tokens(tokenizer, space_token: str):
+    """`convert_ids_to_tokens` as a SentencePiece tokenizer spells tokens: each token's decoded text
+    (so "\n" is a newline, not the byte-level "Ċ"), with every space written as `space_token`."""
+
+    def convert(ids, skip_special_tokens=False):
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        single = isinstance(ids, int)
+        texts = [tokenizer.decode([int(i)]).replace(" ", space_token) for i in ([ids] if single else ids)]
+        return texts[0] if single else texts
+
+    return convert
 
 
 class Recorder:

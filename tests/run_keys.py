@@ -25,7 +25,9 @@ when `retrieve_rule` took the reference code's arithmetic as its default (only t
 `end_of_turn: continue`, `query_words`, `retrieval.query_max_tokens`, FLARE's `score_range` and
 `masking`, a method's `template`) were added; every other profile's keys were the same. Its keys
 were captured again when the profile selected `model.special_tokens: keep` and `joining: dragin-code`
-(FLARE, DRAGIN); no other profile's key moved.
+(FLARE, DRAGIN); no other profile's key moved; and again when it selected `empty_query: search` (FLARE,
+DRAGIN) and DRAGIN's `sentence_words`, `filter_order: after-firing` and `query_words: dragin-code`: only
+those two keys moved.
 `demo.json` and `sugar.json` gained the keys of the Adaptive-RAG row of SUGAR's Table I (`adaptive-rag`);
 no other key of any profile moved.
 `demo.json` and `sugar.json` gained the keys of the Adaptive Retrieval row of SUGAR's Table I

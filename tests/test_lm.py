@@ -208,6 +208,28 @@ def test_received_attention_is_each_heads_column_maximum_of_a_pass_over_the_toke
     assert lm.end_of_turn_text == "<|im_end|>"
 
 
+def test_attention_matrix_is_the_head_mean_of_a_pass_over_the_tokens_alone(lm, tmp_path):
+    """DRAGIN's reference query (`keep_real_words`) ranks words by one layer's head-averaged attention
+    in a pass over its text alone; the cache keeps the matrix apart from `received_attention`'s planes."""
+    import torch
+
+    from adaptive_rag.lm.cache import CachedModel
+
+    ids = lm.generate([build_prompt("raw", EXEMPLARS, QUESTIONS[0])], 12)[0].token_ids
+    matrix = lm.attention_matrix(ids)
+    with torch.no_grad():
+        attention = lm.model(torch.tensor([ids]), output_attentions=True).attentions[-1][0].numpy()  # [h, q, k]
+    assert matrix.shape == (len(ids), len(ids)) and matrix.dtype == np.float32
+    assert np.allclose(matrix, attention.mean(axis=0), atol=1e-6)
+    assert np.allclose(np.triu(matrix, 1), 0) and np.allclose(matrix.sum(axis=1), 1, atol=1e-5)  # causal rows
+    cached = CachedModel(lm, tmp_path / "calls.sqlite")
+    planes = cached.received_attention(ids)
+    first, again = cached.attention_matrix(ids), cached.attention_matrix(ids)
+    assert np.array_equal(first, matrix) and np.array_equal(again, matrix) and planes.ndim == 3
+    assert cached.stats()["attention"] == {"hits": 1, "misses": 2}
+    assert lm.attention_matrix([]).shape == (0, 0)
+
+
 def test_the_dragin_reference_set_up_runs_through_the_white_box_model(lm, monkeypatch):
     """DRAGIN with the reference code's scoring (`reference: dragin-code`: re-encoded attention, word
     units) and loop rules (no stop strings, the full budget every call, a case-sensitive answer check,
@@ -236,6 +258,30 @@ def test_the_dragin_reference_set_up_runs_through_the_white_box_model(lm, monkey
                for _, _, texts in generated for text in texts)
     assert reencoded and all(ids for ids in reencoded)  # one pass over each judged look-ahead's tokens
     assert answer.llm_calls == len(generated)
+
+
+def test_the_reference_words_trigger_and_query_run_through_the_white_box_model(lm, monkeypatch):
+    """`sentence_words`, `filter_order: after-firing` and `query_words: dragin-code` on the real backend:
+    every look-ahead fires (theta 0), and each query is made of whole words of the re-encoded text
+    (question, text so far, fired sentence) from one `attention_matrix` pass per trigger."""
+    from adaptive_rag.methods.dragin import DRAGIN
+
+    from conftest import settings_of
+
+    passes = []
+    matrix = lm.attention_matrix
+    monkeypatch.setattr(lm, "attention_matrix", lambda ids, layer=-1: passes.append(list(ids)) or matrix(ids, layer))
+    retriever = RecordingRetriever()
+    ctx = Context(lm=lm, exemplars=EXEMPLARS, prompt_format="raw", max_new_tokens=12, retriever=retriever,
+                  answer_fallback_tokens=0)
+    settings = settings_of(DRAGIN, {"reference": "dragin-code", "theta": 0.0, "sentence_words": "dragin-code",
+                                    "filter_order": "after-firing", "query_words": "dragin-code",
+                                    "empty_query": "search", "max_retrievals": 2}, "methods.dragin")
+    [answer] = DRAGIN(settings, ctx).answer_batch([Example("q0", QUESTIONS[0], ["x"], "span")])
+    assert answer.retrievals >= 1 and len(passes) == answer.retrievals
+    for ids, (query, _) in zip(passes, retriever.queries):
+        words = lm.tokenizer.decode(ids).split()
+        assert query and all(word in words for word in query.split())
 
 
 @pytest.mark.parametrize("attention", ["fast", "eager"])

@@ -302,4 +302,6 @@ def test_reference_profile_sets_every_dragin_code_rule():
         0.08, "all", "dragin-code", "dragin-code", "continue")
     assert flare["template"] == "builtin:dragin-hotpotqa-flare"
     assert (dragin["theta"], dragin["query_words"], dragin["end_of_turn"], dragin["keep"]) == (
-        0.8, "whole-sentence", "continue", "first-sentence")
+        0.8, "dragin-code", "continue", "first-sentence")
+    assert (dragin["sentence_words"], dragin["filter_order"]) == ("dragin-code", "after-firing")
+    assert flare["empty_query"] == dragin["empty_query"] == "search"

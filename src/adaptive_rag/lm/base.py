@@ -294,6 +294,10 @@ class LanguageModel(Protocol):
         """White-box only (`attentions`): [2, heads, n], the largest attention each token receives from a
         later token per head ([0]) and its attention to itself ([1]), in a pass over the tokens alone."""
 
+    def attention_matrix(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        """White-box only (`attentions`): [n, n], one layer's attention averaged over heads, in a pass
+        over the tokens alone."""
+
     def attribution(self, prompt: Prompt, settings: IGSettings = IGSettings()) -> Attribution:
         """White-box only (`gradients`): Integrated Gradients of every prompt token for the probability
         (or log-probability) of the model's greedy next token, zero-embedding baseline."""

@@ -584,11 +584,18 @@ class CachedModel:
         return result
 
     def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
-        key = call_key(self._identity, "attention", None, token_ids=[int(t) for t in token_ids], layer=layer)
-        cached = self.cache.get("attention", key, accept=lambda r: isinstance(r, np.ndarray) and r.ndim == 3)
+        return self._attention("attention", 3, self.model.received_attention, token_ids, layer)
+
+    def attention_matrix(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        return self._attention("attention-matrix", 2, self.model.attention_matrix, token_ids, layer)
+
+    def _attention(self, operation: str, ndim: int, compute, token_ids: Sequence[int], layer: int) -> np.ndarray:
+        """A pass over tokens alone, cached under the `attention` operation (its key names which array)."""
+        key = call_key(self._identity, operation, None, token_ids=[int(t) for t in token_ids], layer=layer)
+        cached = self.cache.get("attention", key, accept=lambda r: isinstance(r, np.ndarray) and r.ndim == ndim)
         if cached is not None:
             return cached
-        result = self.model.received_attention(token_ids, layer)
+        result = compute(token_ids, layer)
         self.cache.put("attention", key, result)
         return result
 

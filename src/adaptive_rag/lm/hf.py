@@ -413,6 +413,20 @@ class HFModel:
         own = attention.diagonal(dim1=-2, dim2=-1)
         return torch.stack([later, own]).cpu().numpy()
 
+    def attention_matrix(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        """[n, n] float32 from one forward pass over `token_ids` alone: layer `layer`'s attention,
+        averaged over heads (row = query, column = key). The DRAGIN reference code ranks its query
+        words by such a pass over the question, the text so far and the fired sentence
+        (`AttnWeightRAG.keep_real_words`); `received_attention` keeps only two planes of it."""
+        torch = self.torch
+        ids = [int(t) for t in token_ids]
+        if not ids:
+            return np.zeros((0, 0), dtype=np.float32)
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([ids], device=self.device), output_attentions=True)
+        self.forward_tokens += len(ids)
+        return out.attentions[layer][0].float().mean(dim=0).cpu().numpy()
+
     # ---- Integrated Gradients of the prompt tokens ---------------------------------------------
 
     def attribution(self, prompt: Prompt, settings: IGSettings = IGSettings()) -> Attribution:

@@ -202,5 +202,8 @@ class Seq2SeqModel:
     def received_attention(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
         require(self.capabilities, {"attentions"}, "received_attention", "seq2seq")
 
+    def attention_matrix(self, token_ids: Sequence[int], layer: int = -1) -> np.ndarray:
+        require(self.capabilities, {"attentions"}, "attention_matrix", "seq2seq")
+
     def attribution(self, prompt: Prompt, settings: IGSettings = IGSettings()) -> Attribution:
         require(self.capabilities, {"gradients"}, "attribution", "seq2seq")

@@ -102,11 +102,13 @@ class Method:
         later = cls.later_settings
         return {k: v for k, v in settings.items() if not (k in later and v == later[k])}
 
-    def cot_prompt(self, question: str, passages: Sequence["Hit"] = (), dataset_template: bool = False):
+    def cot_prompt(self, question: str, passages: Sequence["Hit"] = (), dataset_template: bool = False,
+                   searched: bool = False):
         """The chain-of-thought prompt of a question in the method's template (`template:`), else the
-        dataset's (always the dataset's with `dataset_template`), in the model's format."""
+        dataset's (always the dataset's with `dataset_template`), in the model's format; `searched`
+        writes the context block even when the search found nothing."""
         return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, question, passages,
-                            template=self.ctx.template if dataset_template else self.template)
+                            template=self.ctx.template if dataset_template else self.template, searched=searched)
 
     @classmethod
     def read_settings(cls, section: "Section") -> dict[str, Any]:

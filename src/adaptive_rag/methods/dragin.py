@@ -21,6 +21,17 @@ The reference code differs in these ways, each a switch (`reference: dragin-code
 - `query_words: whole-sentence`: QFS ranks the real words of the whole fired sentence but the flagged
   ones (src/generate.py `AttnWeightRAG.keep_real_words`), not only those before the first flagged token
   (a setting of its own: `reference: dragin-code` predates it and keeps `until-flagged`);
+- `sentence_words: dragin-code`: the reference's own alignment of words to sentences
+  (`AttnWeightRAG.modifier`, parts/dragin_code.py): words merged at the space and newline tokens, a
+  sentence's words found by a substring test over the words joined with spaces, so a sentence with a
+  newline inside is never scored and its words fall to the next sentence (`offsets`, the default,
+  gives each sentence the words within its characters);
+- `filter_order: after-firing`: the sentence fires when any word's score exceeds theta; only then are
+  the flags of words that are not real words cleared (`modifier` tests `1 in thres` before
+  `check_real_words`), so a sentence may fire with no word left flagged;
+- `query_words: dragin-code`: the query of `keep_real_words` (parts/dragin_code.py): the question,
+  the text so far, the sentences before the fired one and its words, encoded again and ranked by that
+  pass's attention from the flagged words;
 and it keeps only the first regenerated sentence (`keep: first-sentence`). `attention_scope:
 generated` (the generation pass's rows restricted to the generated tokens and renormalised) was this
 project's stand-in for the re-encoded pass; it applies with `attention_pass: generation` only.
@@ -30,7 +41,9 @@ from __future__ import annotations
 
 from ..lm.base import ATTENTIONS, ENTROPY, Extras
 from .parts.attention import SCOPES, real_words_query, reencoded_received
+from .parts import dragin_code, joining
 from .parts.components import Detection
+from .parts.lookahead import Unit
 from .parts.loop import TriggeredRetrieval
 from .parts.rind import PAPER, UNITS, rind_detection
 from .registry import register
@@ -38,14 +51,16 @@ from .registry import register
 PASSES = ("generation", "reencoded")
 # The settings DRAGIN gained after runs were built, with the values that reproduce what it did before.
 LATER = {"rind_units": "token", "attention_pass": "generation", "query_punctuation": "strip",
-         "query_duplicates": "drop", "query_words": "until-flagged"}
-QUERY_WORDS = ("until-flagged", "whole-sentence")
+         "query_duplicates": "drop", "query_words": "until-flagged", "sentence_words": "offsets"}
+QUERY_WORDS = ("until-flagged", "whole-sentence", "dragin-code")
+SENTENCE_WORDS = ("offsets", "dragin-code")
+FILTER_ORDERS = ("before", "after", "after-firing")
 REFERENCES = {
     "paper": {**PAPER, **LATER, "keep": "all"},
     "dragin-code": {"attention_scope": "generated", "include_diagonal": True, "normalise": True,
                     "filter_order": "after", "keep": "first-sentence", "rind_units": "word",
                     "attention_pass": "reencoded", "query_punctuation": "keep", "query_duplicates": "keep",
-                    "query_words": "until-flagged"},
+                    "query_words": "until-flagged", "sentence_words": "offsets"},
 }
 
 
@@ -61,7 +76,7 @@ class DRAGIN(TriggeredRetrieval):
     def read_settings(cls, section):
         reference = section.str("reference", "paper", tuple(REFERENCES))
         defaults = REFERENCES[reference]
-        return {
+        settings = {
             **cls.read_common(section, keep=defaults["keep"]),
             "reference": reference,
             "theta": section.float("theta", 1.0, minimum=0.0),
@@ -69,13 +84,28 @@ class DRAGIN(TriggeredRetrieval):
             "attention_scope": section.str("attention_scope", defaults["attention_scope"], SCOPES),
             "include_diagonal": section.bool("include_diagonal", defaults["include_diagonal"]),
             "normalise": section.bool("normalise", defaults["normalise"]),
-            "filter_order": section.str("filter_order", defaults["filter_order"], ("before", "after")),
+            "filter_order": section.str("filter_order", defaults["filter_order"], FILTER_ORDERS),
             "rind_units": section.str("rind_units", defaults["rind_units"], UNITS),
             "attention_pass": section.str("attention_pass", defaults["attention_pass"], PASSES),
             "query_punctuation": section.str("query_punctuation", defaults["query_punctuation"], ("strip", "keep")),
             "query_duplicates": section.str("query_duplicates", defaults["query_duplicates"], ("drop", "keep")),
             "query_words": section.str("query_words", defaults["query_words"], QUERY_WORDS),
+            "sentence_words": section.str("sentence_words", defaults["sentence_words"], SENTENCE_WORDS),
         }
+        if settings["filter_order"] == "after-firing" and settings["query_words"] != "dragin-code":
+            raise section.fail("filter_order", "after-firing lets a sentence fire with no word left flagged, whose "
+                                               "query only query_words: dragin-code defines; set it too")
+        if settings["query_words"] == "dragin-code" and settings["sentence_words"] != "dragin-code":
+            raise section.fail("query_words", "dragin-code reads the fired sentence's words as the reference "
+                                              "aligns them; set sentence_words: dragin-code too")
+        if settings["sentence_words"] == "dragin-code":
+            wrong = {k: v for k, v in (("filter_order", "before"), ("rind_units", "token"),
+                                       ("attention_pass", "generation")) if settings[k] == v}
+            if wrong:
+                key = next(iter(wrong))
+                raise section.fail(key, f"sentence_words: dragin-code scores the reference's words from its "
+                                        f"re-encoded pass after its filter; {key}: {wrong[key]} does not apply there")
+        return settings
 
     def extras(self) -> Extras:
         return Extras(entropy=True, attention_layer=-1)
@@ -83,9 +113,12 @@ class DRAGIN(TriggeredRetrieval):
     def __init__(self, settings, context):
         super().__init__(settings, context)
         self._reencoded: tuple = (None, None)  # (look-ahead, its re-encoded attention): one pass per look-ahead
+        self._words: tuple = (None, None)  # (look-ahead, its reference words): `sentence_words: dragin-code`
 
     def detect(self, state, lookahead, sentence) -> Detection:
         s = self.settings
+        if s.get("sentence_words") == "dragin-code":
+            return self.reference_detection(lookahead, sentence)
         received = None
         if s["attention_pass"] == "reencoded":
             received = reencoded_received(self.reencode(lookahead), s["include_diagonal"])
@@ -102,8 +135,72 @@ class DRAGIN(TriggeredRetrieval):
             self._reencoded = (lookahead, self.ctx.lm.received_attention(ids, -1))
         return self._reencoded[1]
 
+    def reference_words(self, lookahead) -> tuple[list[list[int]], list[str], list[tuple[int, int]]]:
+        """The look-ahead's words, their texts and each sentence's word range, as `modifier` has them."""
+        if self._words[0] is not lookahead:
+            tokenizer = self.tokenizer()
+            texts = [tokenizer.decode([i]) for i in lookahead.c.token_ids]
+            groups = dragin_code.merged_words(texts, lookahead.c.token_ids, self.newline_id())
+            words = [dragin_code.word_text(texts, g) for g in groups]
+            ranges = dragin_code.sentence_ranges([x.text for x in lookahead.sentences], words)
+            self._words = (lookahead, (groups, words, ranges))
+        return self._words[1]
+
+    def reference_detection(self, lookahead, sentence) -> Detection:
+        groups, words, ranges = self.reference_words(lookahead)
+        index = lookahead.sentences.index(sentence)
+        start, end = ranges[index] if index < len(ranges) else (0, 0)
+        received = reencoded_received(self.reencode(lookahead), self.settings["include_diagonal"])
+        entropies = lookahead.c.entropies
+        attention = [sum(float(received[t]) for t in g) for g in groups]
+        entropy = [sum(entropies[t] for t in g) / len(g) for g in groups]
+        units = []
+        for g in groups[start:end]:
+            first, last = lookahead.spans[g[0]], lookahead.spans[g[-1]]
+            units.append(Unit(dragin_code.word_text(lookahead.c.tokens, g), first[0], last[1], tuple(g)))
+        if start == end:
+            return Detection(False, units, [], [])
+        scores = dragin_code.range_scores(attention, entropy, start, end)
+        over = [k for k, v in enumerate(scores) if v > self.settings["theta"]]
+        flagged = dragin_code.real_word_filter(sentence.text, words[start:end], over)
+        fire = bool(over) if self.settings["filter_order"] == "after-firing" else bool(flagged)
+        return Detection(fire, units, scores, flagged, extra={"words": [start, end]})
+
+    def tokenizer(self):
+        tokenizer = getattr(self.ctx.lm, "tokenizer", None)
+        if tokenizer is None:
+            from ..errors import ConfigError
+
+            raise ConfigError("sentence_words/query_words: dragin-code read the model's tokenizer, which this "
+                              "backend does not give (the hf backend does)")
+        return tokenizer
+
+    def newline_id(self) -> int | None:
+        """The tokenizer's newline token (the reference compares ids with Llama's 13)."""
+        tokenizer = self.tokenizer()
+        ids = tokenizer.encode("\n", add_special_tokens=False)
+        return next((i for i in reversed(ids) if tokenizer.decode([i]) == "\n"), None)
+
+    def reference_query(self, state, lookahead, sentence, detection) -> str:
+        """`keep_real_words` over `question + " " + text + " " + ptext + " " + curr_text`."""
+        groups, words, ranges = self.reference_words(lookahead)
+        index = lookahead.sentences.index(sentence)
+        start, end = ranges[index]
+        ptext = joining.text_before(lookahead.sentences, index)
+        text = state.example.question + " " + state.text + " " + ptext + " " + " ".join(words[start:end])
+        tokenizer = self.tokenizer()
+        ids = tokenizer.encode(text)
+        texts = [tokenizer.decode([i]) for i in ids]
+        encoded = dragin_code.merged_words(texts, ids, self.newline_id())
+        attention = dragin_code.word_attention(self.ctx.lm.attention_matrix(ids, -1), encoded)
+        hit = [k in set(detection.flagged) for k in range(end - start)]
+        return dragin_code.reference_query([dragin_code.word_text(texts, g) for g in encoded], attention,
+                                           end - start, hit, text, self.settings["top_n"])
+
     def build_query(self, state, lookahead, sentence, detection) -> str:
         s = self.settings
+        if s.get("query_words") == "dragin-code":
+            return self.reference_query(state, lookahead, sentence, detection)
         whole = s.get("query_words") == "whole-sentence"
         return real_words_query(lookahead, detection.first_flagged_token(), state.example.question, state.text,
                                 s["top_n"], punctuation=s["query_punctuation"] == "keep",

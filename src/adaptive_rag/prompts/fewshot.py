@@ -82,9 +82,11 @@ def read_exemplars(spec: str | Path) -> list[Exemplar]:
 
 
 def build_prompt(prompt_format: str, exemplars: Sequence[Exemplar], question: str,
-                 passages: Sequence[Hit] = (), style: str = COT, template: Template | None = None) -> Prompt:
-    """The prompt of one question in `template`'s layout (None: the project's default template)."""
-    return (template or load_template()).render(prompt_format, exemplars, question, passages, style)
+                 passages: Sequence[Hit] = (), style: str = COT, template: Template | None = None,
+                 searched: bool = False) -> Prompt:
+    """The prompt of one question in `template`'s layout (None: the project's default template);
+    `searched`: write the context block even without passages (`Template.render`)."""
+    return (template or load_template()).render(prompt_format, exemplars, question, passages, style, searched)
 
 
 def build_qa_prompt(prompt_format: str, exemplars: Sequence[Exemplar], question: str,

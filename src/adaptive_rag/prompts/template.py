@@ -91,10 +91,12 @@ class Template:
     # ---- rendering ------------------------------------------------------------------------------
 
     def render(self, prompt_format: str, exemplars: Sequence["Exemplar"], question: str,
-               passages: Sequence["Hit"] = (), style: str = "cot") -> Prompt:
+               passages: Sequence["Hit"] = (), style: str = "cot", searched: bool = False) -> Prompt:
+        """`searched`: a search was made, so the context block is written even when it found nothing
+        (the DRAGIN reference's prompt after a search with an empty query); otherwise no passages, no block."""
         s = self.style(style, prompt_format)
         shots = list(exemplars if s.exemplars is None else exemplars[:s.exemplars])
-        context = _context(s, passages)
+        context = _context(s, passages, searched)
         if prompt_format == "chat":
             return _chat(s, shots, question, context)
         return _raw(s, shots, question, context)
@@ -110,8 +112,8 @@ def _shot_values(s: Style, i: int, e: "Exemplar") -> dict:
             "completion": completion, "instruction": s.instruction}
 
 
-def _context(s: Style, passages: Sequence["Hit"]) -> str:
-    if not passages:
+def _context(s: Style, passages: Sequence["Hit"], searched: bool = False) -> str:
+    if not passages and not searched:
         return ""
     lines = "".join(_fill(s.passage, i=i, id=p.id, title=p.title, text=p.text) for i, p in enumerate(passages, 1))
     return _fill(s.context, passages=lines)

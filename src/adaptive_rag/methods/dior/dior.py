@@ -465,10 +465,10 @@ class DioR(TriggeredRetrieval):
         pending, state.dior.pending = state.dior.pending, {}
         return pending
 
-    def cot_prompt(self, question, passages=(), dataset_template: bool = False):
+    def cot_prompt(self, question, passages=(), dataset_template: bool = False, searched: bool = False):
         """With passages and `prompt: paper`, the dataset's template with DioR's knowledge block."""
         if not passages or self.settings["prompt"] != "paper":
-            return super().cot_prompt(question, passages, dataset_template)
+            return super().cot_prompt(question, passages, dataset_template, searched)
         from ...prompts.fewshot import build_prompt
 
         return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, question, passages,

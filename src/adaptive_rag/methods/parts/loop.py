@@ -75,6 +75,9 @@ class DynamicMethod(Method):
         if rules.get("joining", "exact") != "exact" and not issubclass(cls, TriggeredRetrieval):
             raise section.fail("joining", "dragin-code joins the pieces of the triggered loop (FLARE, DRAGIN); "
                                           "remove it from this method")
+        if rules.get("empty_query", "question") != "question" and not issubclass(cls, TriggeredRetrieval):
+            raise section.fail("empty_query", "only a trigger's query can come out empty (FLARE, DRAGIN and their "
+                                              "kin); remove it from this method")
         return {
             "top_k": section.int("top_k", 3, minimum=1),
             "max_retrievals": section.int("max_retrievals", None, minimum=0, allow_none=True),
@@ -131,7 +134,9 @@ class DynamicMethod(Method):
         for limit in sorted(set(limits)):
             rows = [i for i, n in enumerate(limits) if n == limit]
             start = time.perf_counter()
-            prompts = [self.cot_prompt(states[i].example.question, states[i].hits if with_passages else ())
+            searched = with_passages and self.rules.empty_query == "search"
+            prompts = [self.cot_prompt(states[i].example.question, states[i].hits if with_passages else (),
+                                       searched=searched)
                        .with_prefix(states[i].text if states[i].next_prefix is None else states[i].next_prefix)
                        for i in rows]
             results = [self.rules.ended(c, self.ctx.lm)
@@ -149,7 +154,8 @@ class DynamicMethod(Method):
 
     def retrieve(self, state: QuestionState, query: str) -> list:
         start = time.perf_counter()
-        hits = self.search(query, self.settings["top_k"])
+        # an empty query (`empty_query: search`) finds nothing, as a search engine answers it
+        hits = self.search(query, self.settings["top_k"]) if query.strip() else []
         state.answer.wall_time_s += time.perf_counter() - start
         state.retrieved(hits, state.answer.retrievals)
         return hits
@@ -226,7 +232,9 @@ class TriggeredRetrieval(DynamicMethod):
             index, sentence, detection = fired
             state.answer.detections += 1
             # The query may read the text before the sentence, so it is built before the text is cut.
-            query = self.build_query(state, lookahead, sentence, detection) or state.example.question
+            query = self.build_query(state, lookahead, sentence, detection) or ""
+            if not query.strip() and self.rules.empty_query == "question":
+                query = state.example.question
             if joined:
                 state.before = joining.text_before(lookahead.sentences, index)
                 state.next_prefix = joining.regenerate_prefix(state.text, state.before, self.skip_empty)

@@ -29,7 +29,11 @@ better), and another implementation's rules are reachable from params alone:
 - `joining` (the triggered loop: FLARE, DRAGIN and their kin): `exact` keeps the generated text as it
   was generated and feeds it back as the prefix; `dragin-code` keeps and feeds back what the DRAGIN
   reference code's loops put together (`joining.py`: stripped pieces joined with spaces), stops a
-  question when its text has more than `max_new_tokens` tokens or did not grow in length, as they do.
+  question when its text has more than `max_new_tokens` tokens or did not grow in length, as they do;
+- `empty_query` (the triggered loop): a trigger whose query comes out empty (every word of the fired
+  sentence masked) retrieves with the `question` (the default), or `search`es with the empty query as
+  the DRAGIN reference code does: no passage comes back, the retrieval counts, and the regeneration
+  is prompted with an empty context block (`TokenRAG.inference`, `AttnWeightRAG.inference`).
 
 Every key defaults to what the code did before it was a setting. A method's settings hold only the
 rules params give, and `Method.settings_key` leaves one given at its default out of a run's key, so
@@ -52,12 +56,13 @@ if TYPE_CHECKING:
 END_OF_TURN = ("strip", "keep", "continue")
 LOOKAHEAD = ("remaining", "full")
 ANSWER_CHECKS = ("any-case", "exact-case")
+EMPTY_QUERY = ("question", "search")
 ANSWER_PHRASE = "the answer is"
 # every method of the loop family
 GENERATION_DEFAULTS: dict[str, Any] = {"stop": None, "end_of_turn": "strip", "answer_extraction": "project",
                                        "template": None}
 LOOP_DEFAULTS: dict[str, Any] = {"lookahead": "remaining", "answer_check": "any-case",  # the dynamic loop
-                                 "joining": "exact"}
+                                 "joining": "exact", "empty_query": "question"}
 
 
 def read_generation_rules(section: "Section") -> dict[str, Any]:
@@ -114,6 +119,8 @@ def read_loop_rules(section: "Section") -> dict[str, Any]:
         rules["answer_check"] = section.str("answer_check", choices=ANSWER_CHECKS)
     if "joining" in section.data:
         rules["joining"] = section.str("joining", choices=JOINING)
+    if "empty_query" in section.data:
+        rules["empty_query"] = section.str("empty_query", choices=EMPTY_QUERY)
     return rules
 
 
@@ -127,13 +134,15 @@ class Rules:
     answer_check: str = "any-case"
     answer_extraction: str = "project"
     joining: str = "exact"
+    empty_query: str = "question"
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> "Rules":
         stop = settings.get("stop")
         return cls(STOP_STRINGS if stop is None else tuple(stop), settings.get("end_of_turn", "strip"),
                    settings.get("lookahead", "remaining"), settings.get("answer_check", "any-case"),
-                   settings.get("answer_extraction", "project"), settings.get("joining", "exact"))
+                   settings.get("answer_extraction", "project"), settings.get("joining", "exact"),
+                   settings.get("empty_query", "question"))
 
     @property
     def fallback_stop(self) -> tuple[str, ...]:
