@@ -28,6 +28,8 @@ were captured again when the profile selected `model.special_tokens: keep` and `
 (FLARE, DRAGIN); no other profile's key moved.
 `demo.json` and `sugar.json` gained the keys of the Adaptive-RAG row of SUGAR's Table I (`adaptive-rag`);
 no other key of any profile moved.
+`demo.json` and `dior.json` gained the keys of the RaDIO rows of DioR's Tables 1, 2 and 5 (`radio`); no other
+key of any profile moved.
 """
 
 from __future__ import annotations

@@ -60,7 +60,12 @@ class DRAGIN(TriggeredRetrieval):
     @classmethod
     def read_settings(cls, section):
         reference = section.str("reference", "paper", tuple(REFERENCES))
-        defaults = REFERENCES[reference]
+        return cls.read_rind_qfs(section, reference, REFERENCES[reference])
+
+    @classmethod
+    def read_rind_qfs(cls, section, reference: str, defaults: dict) -> dict:
+        """The common loop settings, `reference`, and RIND's and QFS's settings over `defaults` (a
+        reference's values; RaDIO reads them with its own)."""
         return {
             **cls.read_common(section, keep=defaults["keep"]),
             "reference": reference,
@@ -110,4 +115,8 @@ class DRAGIN(TriggeredRetrieval):
                                 duplicates=s["query_duplicates"] == "keep",
                                 sentence=(sentence.start, sentence.end) if whole else None,
                                 flagged=[(detection.units[k].start, detection.units[k].end) for k in detection.flagged]
-                                if whole else ())
+                                if whole else (), reweight=self.query_reweight())
+
+    def query_reweight(self):
+        """A factor per QFS candidate beside its attention (`real_words_query`'s `reweight`); DRAGIN has none."""
+        return None
