@@ -904,8 +904,8 @@ def _radio_detector(s: Section) -> RadioDetectorConfig:
 
 
 def _detectors(s: Section, datasets: dict, evaluated: dict[str, str]) -> DetectorsConfig | None:
-    """`detectors:` (optional): DioR's early and real-time detectors as workflow targets. Both read the
-    model's gradients or hidden states, so an API model cannot build their data: `detector-data` refuses
+    """`detectors:` (optional): DioR's early and real-time detectors and RaDIO's MLP as workflow targets.
+    Their data reads the model's gradients, hidden states or logits, so an API model cannot build it: `detector-data` refuses
     it when asked to, naming the backend. Parsing does not, so a profile switched to an API model keeps
     working for every method that needs no detector (a `dior` run that needs one is refused by its own
     capability check)."""
