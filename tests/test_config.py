@@ -197,7 +197,7 @@ def test_check_params_exits_2_with_one_error_line(tmp_path, monkeypatch, capsys)
     assert cli.main(["--params", str(params), "check-params"]) == 2
     err = capsys.readouterr().err
     assert err == (f"error: {params}: corpus.passages: file not found: data/demo/gone.tsv; no `downloads:` entry "
-                   f"produces it (and 1 more: detectors.realtime.passages)\n")
+                   f"produces it (and 2 more: detectors.realtime.passages, detectors.radio.passages)\n")
 
 
 @pytest.mark.parametrize("exemplars, count, message", [

@@ -267,7 +267,8 @@ def test_dior_profile_has_the_papers_settings():
     """DioR §4.1 and App. B.3 with its released configs: Llama-2-7B-chat, raw prompts, BM25 with
     Elasticsearch's k1/b plus SBERT and SGPT as named dense retrievers, top-k 3, at most 5 retrievals,
     25 keywords on 2Wiki and 35 elsewhere, the configs' budgets and RIND thresholds; the detectors
-    trained on data no evaluated split shares; Tables 1-3 and 5 as targets."""
+    trained on data no evaluated split shares; Tables 1-3 and 5 as targets; RaDIO's rows with its released
+    configs' settings (docs/radio.md)."""
     p = load_params(REPO / "params" / "dior.yaml")
     assert (p.model.source, p.model.prompt_format) == ("meta-llama/Llama-2-7b-chat-hf", "raw")
     assert (p.retrieval.k1, p.retrieval.b, sorted(p.retrieval.encoders)) == (1.2, 0.75, ["sbert", "sgpt"])
@@ -281,7 +282,14 @@ def test_dior_profile_has_the_papers_settings():
     assert {s["early"] for s in dior.values()} == {"on"} and {s["realtime"] for s in dior.values()} == {"mlp-hidden"}
     table1 = p.ablations["dior-table1"]
     assert {(p.method(v.method).type, p.retriever_kind("hotpotqa", v.method)) for v in table1.variants} == {
-        (t, r) for t in ("dragin", "dior") for r in ("bm25", "dense:sbert", "dense:sgpt")}
+        (t, r) for t in ("dragin", "dior", "radio") for r in ("bm25", "dense:sbert", "dense:sgpt")}
+    radio = {d: p.method("radio").settings_for(d) for d in DIOR_MULTI}  # config/Llama2-7b-chat/*/RaDIO.json
+    assert {d: (s["top_k"], s["top_n"], s["theta"]) for d, s in radio.items()} == {
+        "2wikimultihopqa": (1, 25, 1.0), "hotpotqa": (1, 35, 1.4), "iirc": (1, 35, 1.4), "strategyqa": (1, 35, 0.75)}
+    assert p.retriever_kind("hotpotqa", "radio") == "dense:sbert"
+    assert [sum(p.method(v.method).type == "radio" for v in p.ablations[name].variants)
+            for name in ("dior-table2", "dior-table5")] == [1, 1]
+    assert p.detectors.radio.max_passages == 8304
     table3 = {p.method(v.method).settings_for("iirc")[k] for v in p.ablations["dior-table3"].variants
               for k in ("early", "realtime", "pre", "post")}
     assert table3 == {"on", "off", "mlp-hidden", "prob", "scored", "sequential", "stepwise", "single"}

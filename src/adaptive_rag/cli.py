@@ -446,13 +446,14 @@ def _detectors(params, kind: str):
     cfg = getattr(params.detectors, kind, None) if params.detectors is not None else None
     if cfg is None:
         raise ConfigError(f"{params.source}: detectors.{kind}: not configured "
-                          f"(docs/dior.md#detectors-as-workflow-targets)")
+                          f"({'docs/radio.md#the-detector' if kind == 'radio' else 'docs/dior.md#detectors-as-workflow-targets'})")
     return cfg
 
 
 def cmd_detector_data(args) -> None:
     """DioR's detector data: early (bare answers, labels, IG, first-token statistics of the training
-    questions) or realtime (Alg. 2 continuations, token labels, last-layer hidden states)."""
+    questions) or realtime (Alg. 2 continuations, token labels, last-layer hidden states); RaDIO's: radio
+    (passages whose entities the model rewrites, one label per passage)."""
     from .methods.dior.detector_data import build_early, build_realtime
     from .lm.factory import build_model
 
@@ -465,9 +466,15 @@ def cmd_detector_data(args) -> None:
                               f"in that order; got {len(args.splits or [])}")
         splits = dict(zip(cfg.datasets, map(Path, args.splits)))
     elif args.splits:
-        raise ConfigError("--splits is for --kind early (the real-time data reads detectors.realtime.passages)")
+        raise ConfigError(f"--splits is for --kind early (the {args.kind} data reads detectors.{args.kind}.passages)")
     lm = build_model(params, Path(args.model_dir) if args.model_dir else None, 0)
-    if args.kind == "early":
+    if args.kind == "radio":
+        from .methods.radio.detector_data import build_radio
+
+        meta = build_radio(params, lm, Path(args.out))
+        print(f"detector-data radio: {meta['records']} passages, {meta['labelled_1']} with a new entity (label 1), "
+              f"splits {meta['splits']} -> {args.out}")
+    elif args.kind == "early":
         meta = build_early(params, lm, splits, Path(args.out))
         print(f"detector-data early: {meta['questions']} questions, {meta['hallucinated']} hallucinated, "
               f"{meta['correct']} correct -> {args.out}")
@@ -482,6 +489,15 @@ def cmd_train_detector(args) -> None:
 
     params = _params(args)
     _detectors(params, args.kind)
+    if args.kind == "radio":
+        from .methods.radio.detector_train import train_radio_from
+
+        detector = train_radio_from(params, Path(args.data))
+        detector.save(Path(args.out))
+        test = detector.metrics["test"]
+        print(f"train-detector radio: best epoch {detector.metrics['valid']['best_epoch']}, held-out accuracy "
+              f"{test['accuracy']}, AUC {test['auc']} over {test['n']} passages -> {args.out}")
+        return
     detector = train_detector(params, args.kind, Path(args.data), Path(args.out))
     test = detector.metrics["test"]
     units = detector.metrics.get("test_units")
@@ -548,7 +564,8 @@ DATASET_HELP = "a dataset under `datasets:` in params.yaml"
 METHOD_HELP = "a method configuration under `methods:`, or an ablation variant (`<ablation>--<values>`)"
 SPLIT_HELP = "the dataset's split file (the split step's output: data/splits/<dataset>.jsonl)"
 MODEL_DIR_HELP = "the materialised model directory (the model step's output; needed when model.backend is hf)"
-KIND_HELP = "which detector: early (before generating) or realtime (per generated sentence)"
+KIND_HELP = ("which detector: early (DioR, before generating), realtime (DioR, per generated sentence) or radio "
+             "(RaDIO's MLP, docs/radio.md)")
 
 
 def _description() -> str:
@@ -731,15 +748,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = step("detector-data", cmd_detector_data, "DioR's detector training data: --kind early (bare answers, "
                                                  "hallucination labels, IG attributions, first-token statistics of "
                                                  "detectors.early's questions) or --kind realtime (Alg. 2: passages "
-                                                 "cut at an entity, continuations, token labels, hidden states)")
-    p.add_argument("--kind", required=True, choices=("early", "realtime"), help=KIND_HELP)
+                                                 "cut at an entity, continuations, token labels, hidden states) "
+                                                 "or --kind radio (RaDIO: passages whose entities the model "
+                                                 "rewrites, labelled per passage)")
+    p.add_argument("--kind", required=True, choices=("early", "realtime", "radio"), help=KIND_HELP)
     p.add_argument("--out", required=True, help="the data JSONL; a .meta.json (and for realtime the arrays, "
                                                 ".safetensors) is written beside it")
     p.add_argument("--model-dir", help=MODEL_DIR_HELP)
     p.add_argument("--splits", nargs="+", help="--kind early: the split file of each detectors.early dataset, in order")
-    p = step("train-detector", cmd_train_detector, "train DioR's early or real-time detector from its data; "
-                                                   "writes the weights (safetensors) and <stem>.metrics.json")
-    p.add_argument("--kind", required=True, choices=("early", "realtime"), help=KIND_HELP)
+    p = step("train-detector", cmd_train_detector, "train DioR's early or real-time detector or RaDIO's MLP from "
+                                                   "its data; writes the weights (safetensors) and "
+                                                   "<stem>.metrics.json")
+    p.add_argument("--kind", required=True, choices=("early", "realtime", "radio"), help=KIND_HELP)
     p.add_argument("--data", required=True, help="the detector-data JSONL (its sidecar files beside it)")
     p.add_argument("--out", required=True, help="the weights file (.safetensors)")
     p = step("detector-plots", cmd_detector_plots, "DioR Figures 4-9 (attribution bars, ECDFs, PCA) from the early "

@@ -269,9 +269,36 @@ class RealtimeDetectorConfig:
 
 
 @dataclass(frozen=True)
+class RadioDetectorConfig:
+    """RaDIO's MLP detector (`detectors.radio`): MIND-style auto-labelled passages, TF-IDF + PCA features
+    (methods/radio/detector_data.py, detector_train.py; docs/radio.md#the-detector)."""
+
+    passages: str  # DPR layout (id, text, title)
+    max_passages: int | None  # a seeded sample of this many passages (None: all)
+    top_k: int  # the entity's next token must be among this many most likely tokens (generate_data.py: 4)
+    window: int  # steps allowed beyond the entity's token count (generate_data.py: 16)
+    valid_fraction: float  # passages that pick the best epoch
+    test_fraction: float  # held-out passages: the accuracy and AUC beside the weights
+    seed: int  # the passage sample, the split, the initialisation and the batch order
+    epochs: int  # MLP.py: 10
+    lr: float  # MLP.py: Adam at 0.001
+    batch_size: int  # MLP.py: 32
+
+    DATA_KEYS = ("passages", "max_passages", "top_k", "window", "valid_fraction", "test_fraction", "seed")
+    TRAINING_KEYS = ("seed", "epochs", "lr", "batch_size")
+
+    def data_settings(self) -> dict:
+        return {key: getattr(self, key) for key in self.DATA_KEYS}
+
+    def training_settings(self) -> dict:
+        return {key: getattr(self, key) for key in self.TRAINING_KEYS}
+
+
+@dataclass(frozen=True)
 class DetectorsConfig:
     early: EarlyDetectorConfig | None
     realtime: RealtimeDetectorConfig | None
+    radio: RadioDetectorConfig | None = None
 
 
 # `complexity_classifier.*` values that methods/adaptive_rag/ accepts; config imports no method module, so
@@ -347,6 +374,8 @@ class Params:
                 files.append((f"datasets.{name}.template", ds.template))
         if self.detectors is not None and self.detectors.realtime is not None:
             files.append(("detectors.realtime.passages", self.detectors.realtime.passages))
+        if self.detectors is not None and self.detectors.radio is not None:
+            files.append(("detectors.radio.passages", self.detectors.radio.passages))
         problems = [(key, path, problem) for key, path in files
                     if os.path.normpath(path) not in produced and (problem := file_problem(path))]
         if problems:
@@ -849,9 +878,34 @@ def _realtime_detector(s: Section) -> RealtimeDetectorConfig:
     return cfg
 
 
+def _radio_detector(s: Section) -> RadioDetectorConfig:
+    cfg = RadioDetectorConfig(
+        passages=s.str("passages"),
+        max_passages=s.int("max_passages", None, minimum=1, allow_none=True),
+        top_k=s.int("top_k", 4, minimum=1),
+        window=s.int("window", 16, minimum=0),
+        valid_fraction=s.float("valid_fraction", 0.15),
+        test_fraction=s.float("test_fraction", 0.15),
+        seed=s.seed("seed", 0),
+        epochs=s.int("epochs", 10, minimum=1),
+        lr=s.float("lr", 0.001),
+        batch_size=s.int("batch_size", 32, minimum=1),
+    )
+    for key in ("valid_fraction", "test_fraction"):
+        if not 0 < getattr(cfg, key) < 1:
+            raise s.fail(key, f"expected a fraction between 0 and 1 (e.g. 0.15), got {getattr(cfg, key)}")
+    if cfg.valid_fraction + cfg.test_fraction >= 1:
+        raise s.fail("test_fraction", f"valid_fraction + test_fraction is {cfg.valid_fraction + cfg.test_fraction:g}; "
+                                      f"it must stay below 1 to leave training passages")
+    if not cfg.lr > 0:
+        raise s.fail("lr", f"expected a learning rate > 0, got {cfg.lr}")
+    s.done()
+    return cfg
+
+
 def _detectors(s: Section, datasets: dict, evaluated: dict[str, str]) -> DetectorsConfig | None:
-    """`detectors:` (optional): DioR's early and real-time detectors as workflow targets. Both read the
-    model's gradients or hidden states, so an API model cannot build their data: `detector-data` refuses
+    """`detectors:` (optional): DioR's early and real-time detectors and RaDIO's MLP as workflow targets.
+    Their data reads the model's gradients, hidden states or logits, so an API model cannot build it: `detector-data` refuses
     it when asked to, naming the backend. Parsing does not, so a profile switched to an API model keeps
     working for every method that needs no detector (a `dior` run that needs one is refused by its own
     capability check)."""
@@ -860,8 +914,9 @@ def _detectors(s: Section, datasets: dict, evaluated: dict[str, str]) -> Detecto
         return None
     early = _early_detector(s.section("early"), datasets, evaluated) if "early" in s.data else None
     realtime = _realtime_detector(s.section("realtime")) if "realtime" in s.data else None
+    radio = _radio_detector(s.section("radio")) if "radio" in s.data else None
     s.done()
-    return DetectorsConfig(early, realtime)
+    return DetectorsConfig(early, realtime, radio)
 
 
 def _complexity_classifier(s: Section, datasets: dict, methods: dict[str, MethodConfig],

@@ -64,6 +64,12 @@ CODE["detector_data"] = [f"{SRC}/methods/dior/detector_data.py", f"{SRC}/data", 
 CODE["train_detector"] = [f"{SRC}/methods/dior/detector_train.py", f"{SRC}/methods/dior/detectors.py",
                           f"{SRC}/methods/dior/detector_nets.py", f"{SRC}/methods/parts/uncertainty.py"]
 CODE["detector_report"] = [f"{SRC}/reports/detectors.py", f"{SRC}/reports/figures.py"]
+# RaDIO's detector: its data runs the model over passages (NER, the corpus reader); training is its own module
+CODE["radio_detector_data"] = [f"{SRC}/methods/radio/detector_data.py", f"{SRC}/methods/radio/detector.py",
+                               f"{SRC}/methods/dior/detector_data.py", f"{SRC}/data", f"{SRC}/lm",
+                               f"{SRC}/methods/parts/text.py"]
+CODE["train_radio_detector"] = [f"{SRC}/methods/radio/detector_train.py", f"{SRC}/methods/radio/detector.py",
+                                f"{SRC}/methods/parts/uncertainty.py"]
 # Adaptive-RAG's classifier: its labels read the strategies' runs (their code is the generate stage's)
 CODE["complexity_labels"] = [*CODE["generate"], f"{SRC}/evaluation/metrics.py"]
 CODE["train_complexity_classifier"] = [f"{SRC}/methods/adaptive_rag/classifier.py",
@@ -304,7 +310,7 @@ def _detector_keys(kind: str, keys) -> list[str]:
 
 def _detector_stages(b: _Builder, stages: "_Stages") -> None:
     """DioR's detectors (workflow/rules/detectors.smk): each kind's data and trained weights, the figures
-    (early) and the table; each stage runs the rule of the same name. The data stages' params are the
+    (early) and the table, and RaDIO's; each stage runs the rule of the same name. The data stages' params are the
     detector's section and the model (the early data also checks every dataset, so every dataset's
     entry and file is a dependency of it)."""
     from .methods.dior.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
@@ -339,8 +345,27 @@ def _detector_stages(b: _Builder, stages: "_Stages") -> None:
             b.keys(_detector_keys("realtime", realtime.TRAINING_KEYS)),
             [REALTIME_DETECTOR, str(metrics_path(REALTIME_DETECTOR))]))
         metrics.append(str(metrics_path(REALTIME_DETECTOR)))
-    stages.add("dior_detector_table", _stage("dior_detector_table", metrics + CODE["detector_report"], [],
-                                             list(DETECTOR_TABLE)))
+    if p.detectors.radio is not None:
+        _radio_detector_stages(b, stages, model)
+    if metrics:
+        stages.add("dior_detector_table", _stage("dior_detector_table", metrics + CODE["detector_report"], [],
+                                                 list(DETECTOR_TABLE)))
+
+
+def _radio_detector_stages(b: _Builder, stages: "_Stages", model: list[str]) -> None:
+    """RaDIO's detector (docs/radio.md#the-detector): its data from the passages and the model, then the MLP."""
+    from .methods.dior.detectors import data_sidecars, metrics_path
+    from .methods.radio.detector import RADIO_DATA, RADIO_DETECTOR
+
+    radio = b.p.detectors.radio
+    meta = str(data_sidecars(RADIO_DATA)[0])
+    stages.add("detector_data_radio", _stage(
+        "detector_data_radio", model + [radio.passages, *CODE["radio_detector_data"]],
+        b.keys([*_detector_keys("radio", radio.DATA_KEYS), "model", "generation.batch_size", "generation.chunk_size"]),
+        [RADIO_DATA, meta]))
+    stages.add("train_radio_detector", _stage(
+        "train_radio_detector", [RADIO_DATA, meta, *CODE["train_radio_detector"]],
+        b.keys(_detector_keys("radio", radio.TRAINING_KEYS)), [RADIO_DETECTOR, str(metrics_path(RADIO_DETECTOR))]))
 
 
 class _Stages(dict):

@@ -1,10 +1,12 @@
-# DioR's trained detectors (`detectors:` in params.yaml; docs/dior.md#detectors-as-workflow-targets): their
-# training data, the trained weights with held-out metrics, the paper's Figures 4-9 and the detector table. The
-# weights are at the fixed paths the `dior` method reads (methods/dior/detectors.py: EARLY_DETECTOR,
-# REALTIME_DETECTOR). Only rules of configured detectors exist; none is part of the default target.
+# DioR's trained detectors and RaDIO's (`detectors:` in params.yaml; docs/dior.md#detectors-as-workflow-targets,
+# docs/radio.md#the-detector): their training data, the trained weights with held-out metrics, DioR's Figures 4-9
+# and its detector table. The weights are at the fixed paths the `dior` and `radio` methods read
+# (methods/dior/detectors.py: EARLY_DETECTOR, REALTIME_DETECTOR; methods/radio/detector.py: RADIO_DETECTOR).
+# Only rules of configured detectors exist; none is part of the default target.
 # Targets: `snakemake --cores all detectors` (everything below), or any rule name, e.g. train_early_detector.
 from adaptive_rag.methods.dior.detectors import (EARLY_DATA, EARLY_DETECTOR, REALTIME_DATA, REALTIME_DETECTOR,
                                                   data_sidecars, metrics_path)
+from adaptive_rag.methods.radio.detector import RADIO_DATA, RADIO_DETECTOR
 
 DETECTOR_FIGURES = "reports/ablations/dior-fig"  # + 4..9, .png and .csv
 DETECTOR_TABLE = "reports/ablations/dior-detectors"  # + .md, .csv, .html
@@ -118,10 +120,51 @@ if P.detectors is not None and P.detectors.realtime is not None:
             "{CLI} train-detector --kind realtime --data {input.data:q} --out {output.weights:q} > {log:q} 2>&1"
 
 
-if P.detectors is not None:
-    DETECTOR_METRICS = {kind: str(metrics_path(path)) for kind, path, cfg in (
-        ("early", EARLY_DETECTOR, P.detectors.early), ("realtime", REALTIME_DETECTOR, P.detectors.realtime))
-        if cfg is not None}
+if P.detectors is not None and P.detectors.radio is not None:
+    RADIO = P.detectors.radio
+
+    # RaDIO's MLP (docs/radio.md#the-detector): passages whose entities the model rewrites, then TF-IDF + PCA + MLP
+    rule detector_data_radio:
+        input:
+            passages=RADIO.passages,
+            model=MODEL_DIR,
+        output:
+            data=RADIO_DATA,
+            meta=sidecar(RADIO_DATA, "meta"),
+        params:
+            settings=settings_key(RADIO.data_settings(), P.model.key(), P.generation.batch_size, P.generation.chunk_size),
+        threads: P.generation.threads  # the model's torch threads
+        resources:
+            gpu=MODEL_GPUS,
+        log:
+            "logs/detectors/data-radio.log",
+        benchmark:
+            "logs/benchmarks/detector-data-radio.tsv"
+        shell:
+            "{CLI} detector-data --kind radio --model-dir {input.model:q} --out {output.data:q} > {log:q} 2>&1"
+
+    rule train_radio_detector:
+        input:
+            data=RADIO_DATA,
+            meta=sidecar(RADIO_DATA, "meta"),
+        output:
+            weights=RADIO_DETECTOR,
+            metrics=str(metrics_path(RADIO_DETECTOR)),
+        params:
+            settings=settings_key(RADIO.training_settings()),
+        log:
+            "logs/detectors/train-radio.log",
+        benchmark:
+            "logs/benchmarks/train-radio-detector.tsv"
+        shell:
+            "{CLI} train-detector --kind radio --data {input.data:q} --out {output.weights:q} > {log:q} 2>&1"
+
+
+DETECTOR_METRICS = {} if P.detectors is None else {kind: str(metrics_path(path)) for kind, path, cfg in (
+    ("early", EARLY_DETECTOR, P.detectors.early), ("realtime", REALTIME_DETECTOR, P.detectors.realtime))
+    if cfg is not None}
+
+if DETECTOR_METRICS:  # DioR's detector table
 
     rule dior_detector_table:
         input:
@@ -140,8 +183,11 @@ if P.detectors is not None:
 
     DETECTOR_REPORTS += [f"{DETECTOR_TABLE}.{suffix}" for suffix in ("md", "csv", "html")]
 
+if P.detectors is not None:
+
     rule detectors:
         input:
             [path for path in (EARLY_DETECTOR if P.detectors.early else None,
-                               REALTIME_DETECTOR if P.detectors.realtime else None) if path],
+                               REALTIME_DETECTOR if P.detectors.realtime else None,
+                               RADIO_DETECTOR if P.detectors.radio else None) if path],
             DETECTOR_REPORTS,

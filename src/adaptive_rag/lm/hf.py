@@ -376,6 +376,20 @@ class HFModel:
         logprobs = torch.log_softmax(logits[:-1], dim=-1)
         return [float(logprobs[i - 1, ids[i]]) for i in range(start, len(ids))]
 
+    def token_ranks(self, prompt: Prompt, token_ids: Sequence[int], target: int) -> list[int]:
+        """For k = 0..n-1, how many tokens the model finds likelier than `target` after the prompt and
+        `token_ids[:k + 1]` (0: `target` is its top token), from one forward pass over the prompt and the
+        ids as they are (not re-tokenized). RaDIO's detector data asks whether an entity's next token is
+        among the top k after each greedy step (generate_data.py)."""
+        ids, _ = self.encode(prompt)
+        full = ids + [int(t) for t in token_ids]
+        torch = self.torch
+        with torch.inference_mode():
+            logits = self.model(input_ids=torch.tensor([full], device=self.device)).logits[0].float()
+        self.forward_tokens += len(full)
+        rows = logits[len(ids):len(full)]
+        return [int(n) for n in (rows > rows[:, target:target + 1]).sum(dim=-1).tolist()]
+
     # ---- the input embedding table ---------------------------------------------------------------
 
     def input_embeddings(self, texts: Sequence[str]) -> np.ndarray:

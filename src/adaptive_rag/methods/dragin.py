@@ -75,7 +75,12 @@ class DRAGIN(TriggeredRetrieval):
     @classmethod
     def read_settings(cls, section):
         reference = section.str("reference", "paper", tuple(REFERENCES))
-        defaults = REFERENCES[reference]
+        return cls.read_rind_qfs(section, reference, REFERENCES[reference])
+
+    @classmethod
+    def read_rind_qfs(cls, section, reference: str, defaults: dict) -> dict:
+        """The common loop settings, `reference`, and RIND's and QFS's settings over `defaults` (a
+        reference's values; RaDIO reads them with its own)."""
         settings = {
             **cls.read_common(section, keep=defaults["keep"]),
             "reference": reference,
@@ -90,7 +95,7 @@ class DRAGIN(TriggeredRetrieval):
             "query_punctuation": section.str("query_punctuation", defaults["query_punctuation"], ("strip", "keep")),
             "query_duplicates": section.str("query_duplicates", defaults["query_duplicates"], ("drop", "keep")),
             "query_words": section.str("query_words", defaults["query_words"], QUERY_WORDS),
-            "sentence_words": section.str("sentence_words", defaults["sentence_words"], SENTENCE_WORDS),
+            "sentence_words": section.str("sentence_words", defaults.get("sentence_words", "offsets"), SENTENCE_WORDS),
         }
         if settings["filter_order"] == "after-firing" and settings["query_words"] != "dragin-code":
             raise section.fail("filter_order", "after-firing lets a sentence fire with no word left flagged, whose "
@@ -207,4 +212,8 @@ class DRAGIN(TriggeredRetrieval):
                                 duplicates=s["query_duplicates"] == "keep",
                                 sentence=(sentence.start, sentence.end) if whole else None,
                                 flagged=[(detection.units[k].start, detection.units[k].end) for k in detection.flagged]
-                                if whole else ())
+                                if whole else (), reweight=self.query_reweight())
+
+    def query_reweight(self):
+        """A factor per QFS candidate beside its attention (`real_words_query`'s `reweight`); DRAGIN has none."""
+        return None

@@ -268,15 +268,41 @@ class Detector:
 
     def save(self, path: str | Path) -> Path:
         """The weights with their header (safetensors), and the metrics beside them (`metrics_path`)."""
-        from safetensors.torch import save
+        return write_weights(path, self.module, self.header, self.metrics)
 
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
-        path = Path(path)
-        with atomic_write(path, "wb") as handle:
-            handle.write(save(tensors, metadata={"header": json.dumps(self.header, sort_keys=True)}))
-        if self.metrics is not None:
-            write_json(metrics_path(path), {"header": self.header, "metrics": self.metrics})
-        return path
+
+def write_weights(path: str | Path, module, header: dict, metrics: dict | None) -> Path:
+    """A torch module's state as safetensors with `header` (JSON) in its metadata, and `metrics` with the
+    header beside it (`metrics_path`) when given; RaDIO's detector is saved the same way."""
+    from safetensors.torch import save
+
+    tensors = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    path = Path(path)
+    with atomic_write(path, "wb") as handle:
+        handle.write(save(tensors, metadata={"header": json.dumps(header, sort_keys=True)}))
+    if metrics is not None:
+        write_json(metrics_path(path), {"header": header, "metrics": metrics})
+    return path
+
+
+def read_weights(path: str | Path, what: str, missing: str, fmt: str = FORMAT) -> tuple[dict, dict]:
+    """(header, tensors) of a file `write_weights` wrote in format `fmt`; a missing file (`what` not
+    found, `missing` says how to make it), another file or another format is an InputError naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what} not found: {path} ({missing})")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            meta = handle.metadata() or {}
+            tensors = {k: handle.get_tensor(k) for k in handle.keys()}
+        header = json.loads(meta["header"])
+    except (SafetensorError, KeyError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a detector weights file ({type(exc).__name__}: {exc})") from None
+    if header.get("format") != fmt:
+        raise InputError(f"{path}: format {header.get('format')!r}, expected {fmt!r}")
+    return header, tensors
 
 
 def load(path: str | Path, kind: str, model: str | None = None, width: int | None = None,
@@ -285,22 +311,9 @@ def load(path: str | Path, kind: str, model: str | None = None, width: int | Non
     (`model`), input width or feature source: each key of `source` (e.g. `hidden_layer`, `attribution`,
     the IG settings) must equal what the file's header records from its data's meta file, a key it does
     not record included."""
-    from safetensors import SafetensorError, safe_open
-
     if kind not in KINDS:
         raise ValueError(f"detector kind must be one of {', '.join(KINDS)}; got {kind!r}")
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{kind} detector not found: {path} (train it first)")
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            meta = handle.metadata() or {}
-            tensors = {k: handle.get_tensor(k) for k in handle.keys()}
-        header = json.loads(meta["header"])
-    except (SafetensorError, KeyError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a detector weights file ({type(exc).__name__}: {exc})") from None
-    if header.get("format") != FORMAT:
-        raise InputError(f"{path}: format {header.get('format')!r}, expected {FORMAT!r}")
+    header, tensors = read_weights(path, f"{kind} detector", "train it first")
     wanted = {"kind": kind, "model": model, "width": width}
     for key, value in wanted.items():
         if value is not None and header.get(key) != value:

@@ -7,7 +7,7 @@ prompt, the tokens generated before it and itself; generated token i sits at col
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -58,7 +58,9 @@ def reencoded_received(planes: np.ndarray, diagonal: bool = False) -> np.ndarray
 
 def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_far: str, top_n: int,
                      punctuation: bool = False, duplicates: bool = False,
-                     sentence: tuple[int, int] | None = None, flagged: Sequence[tuple[int, int]] = ()) -> str:
+                     sentence: tuple[int, int] | None = None, flagged: Sequence[tuple[int, int]] = (),
+                     reweight: Callable[[str, list[tuple[int, int]], list[tuple[int, int]]], list[float]] | None = None
+                     ) -> str:
     """DRAGIN's QFS: the top-n real words (NOUN, ADJ, VERB, PROPN, NUM) of the question, the answer so
     far and the generated text before `token`, ranked by the attention `token` pays to them, joined in
     their original order (a word repeated keeps its best-attended occurrence).
@@ -73,7 +75,12 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
     overlap a `flagged` span: the DRAGIN reference's src/generate.py `AttnWeightRAG.keep_real_words`
     ranks every real word of the question, the text so far and the whole current sentence except the
     hallucinated ones. A word after `token` gets no attention from it (a token attends only to what
-    precedes it), so it ranks after every attended word, in its position's order."""
+    precedes it), so it ranks after every attended word, in its position's order.
+
+    `reweight(virtual, regions, spans)` multiplies each candidate's attention by a factor of its own
+    (RaDIO's TF-IDF and similarity terms): it gets the virtual text, the regions read from it (question,
+    answer so far, generated text) and each candidate's character span, and returns one factor per
+    candidate."""
     c = lookahead.c
     row = np.asarray(c.attentions[token], dtype=np.float64)
     prompt_tokens = list(c.meta.get("prompt_tokens") or [])
@@ -115,6 +122,9 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
                 seen.add(a)
             weight = sum(row[columns[k]] for k, (s, e) in enumerate(spans) if s < b and e > a and columns[k] < len(row))
             scored.append((weight, a, virtual[a:b]))
+    if reweight is not None and scored:
+        factors = reweight(virtual, regions, [(a, a + len(text)) for _, a, text in scored])
+        scored = [(weight * factor, a, text) for (weight, a, text), factor in zip(scored, factors)]
     if duplicates:
         candidates = scored
     else:

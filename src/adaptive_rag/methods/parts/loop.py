@@ -197,6 +197,16 @@ class TriggeredRetrieval(DynamicMethod):
     def build_query(self, state: QuestionState, lookahead: LookAhead, sentence, detection) -> str:
         raise NotImplementedError
 
+    def sentences_kept(self, index: int) -> int:
+        """How many of the look-ahead's sentences are kept before regenerating when its `index`-th fired:
+        all those before it (a method whose reference code keeps fewer says so here)."""
+        return index
+
+    def unfired_record(self, state: QuestionState) -> dict:
+        """What the trace records of a look-ahead kept whole besides the step itself (a method whose
+        judgement has something to show where nothing fired, e.g. RaDIO's detector scores)."""
+        return {}
+
     def trigger_record(self, state: QuestionState) -> dict:
         """What the trace records of one trigger besides the detection, query and retrieved ids (a method
         whose query or retrieval has more to show, e.g. DioR's keyword scores and search rounds)."""
@@ -227,7 +237,8 @@ class TriggeredRetrieval(DynamicMethod):
                 else:
                     state.keep(lookahead, len(lookahead.text))
                 state.done = self.rules.finished(c)
-                state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text)))
+                state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text),
+                                                      **self.unfired_record(state)))
                 continue
             index, sentence, detection = fired
             state.answer.detections += 1
@@ -235,13 +246,15 @@ class TriggeredRetrieval(DynamicMethod):
             query = self.build_query(state, lookahead, sentence, detection) or ""
             if not query.strip() and self.rules.empty_query == "question":
                 query = state.example.question
+            kept = self.sentences_kept(index)
+            cut = lookahead.sentences[kept].start
             if joined:
-                state.before = joining.text_before(lookahead.sentences, index)
+                state.before = joining.text_before(lookahead.sentences, kept)
                 state.next_prefix = joining.regenerate_prefix(state.text, state.before, self.skip_empty)
             else:
-                state.keep(lookahead, sentence.start)
+                state.keep(lookahead, cut)
             hits = self.retrieve(state, query)
-            state.answer.steps.append(step_record("look-ahead", c, kept=sentence.start, sentence=index,
+            state.answer.steps.append(step_record("look-ahead", c, kept=cut, sentence=index,
                                                   fired=sentence.text, detection=detection.record(), query=query,
                                                   retrieved=[h.id for h in hits], **self.trigger_record(state)))
             regenerate.append(state)
