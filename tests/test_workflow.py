@@ -50,8 +50,8 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
         "error: unknown method 'flair'; params.yaml defines: wo-rag, sr-rag, fl-rag, fs-rag, ircot, flare, dragin, "
         "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple, sugar, "
         "dior, dior-context, dior-context-wo-ed, dior-wo-ed, dior-wo-rd, dior-wo-pre, dior-wo-post, "
-        "dior-dragin-prompt, sugar-mean, sugar-pe-mean, sugar-pe-se, sugar-single-step, adaptive-rag "
-        "(and 124 ablation variants, `<ablation>--<values>`)")
+        "dior-dragin-prompt, radio, sugar-mean, sugar-pe-mean, sugar-pe-se, sugar-single-step, adaptive-rag, "
+        "adaptive-retrieval (and 130 ablation variants, `<ablation>--<values>`)")
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path / "data", check=False)
     assert result.returncode == 2 and "params file not found: params.yaml" in result.stderr
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
