@@ -24,7 +24,7 @@ def test_every_module_of_methods_registers_a_type_and_nothing_else_does():
     modules = {m.name for m in pkgutil.iter_modules(methods_package.__path__)}
     assert set(by_module) == modules - registry.NOT_METHODS  # one file per method, no helper among them
     packages = {m.name for m in pkgutil.iter_modules(methods_package.__path__) if m.ispkg} - {"parts"}
-    assert packages == {"adaptive_rag", "dior", "radio", "seakr", "sugar"}  # a paper's package: its method in <paper>/<paper>.py
+    assert packages == {"adaptive_rag", "adaptive_retrieval", "dior", "radio", "seakr", "sugar"}  # a paper's package: its method in <paper>/<paper>.py
     for package in packages:
         assert {registry.method_class(name).__module__ for name in by_module[package]} == \
             {f"adaptive_rag.methods.{package}.{package}"}

@@ -391,8 +391,8 @@ def cmd_calibrate(args) -> None:
 def cmd_popularity(args) -> None:
     """Adaptive Retrieval's corpus-frequency popularity of one split (rule `popularity`)."""
     from .io import read_jsonl
-    from .methods.adaptive_retrieval import PROXY_POPULARITY
-    from .methods.parts.corpus_frequency import corpus_frequency, write
+    from .methods.adaptive_retrieval.adaptive_retrieval import PROXY_POPULARITY
+    from .methods.adaptive_retrieval.corpus_frequency import corpus_frequency, write
 
     params = load_params(args.params)
     params.dataset(args.dataset)  # an unknown name fails here, naming the datasets there are

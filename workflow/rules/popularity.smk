@@ -6,8 +6,8 @@
 
 from pathlib import Path
 
-from adaptive_rag.methods.adaptive_retrieval import PROXY_POPULARITY
-from adaptive_rag.methods.parts.corpus_frequency import entities_path
+from adaptive_rag.methods.adaptive_retrieval.adaptive_retrieval import PROXY_POPULARITY
+from adaptive_rag.methods.adaptive_retrieval.corpus_frequency import entities_path
 
 
 rule popularity:

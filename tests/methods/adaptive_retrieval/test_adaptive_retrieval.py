@@ -12,7 +12,7 @@ import pytest
 
 from adaptive_rag.data.datasets import Example
 from adaptive_rag.errors import ConfigError, InputError
-from adaptive_rag.methods.adaptive_retrieval import (AdaptiveRetrieval, best, cut_places, load_popularity,
+from adaptive_rag.methods.adaptive_retrieval.adaptive_retrieval import (AdaptiveRetrieval, best, cut_places, load_popularity,
                                                      retrieves, search)
 from adaptive_rag.methods.base import Context
 from adaptive_rag.runner import method_inputs
@@ -138,7 +138,7 @@ def test_the_corpus_frequency_proxy_is_a_file_the_workflow_makes_and_a_missing_o
 
 def test_the_proxy_enters_the_run_key_and_the_calibration_only_when_set():
     from adaptive_rag.config import parse_params
-    from adaptive_rag.methods.adaptive_retrieval import calibrated_settings
+    from adaptive_rag.methods.adaptive_retrieval.adaptive_retrieval import calibrated_settings
     from adaptive_rag.progress import digest
 
     from conftest import REPO
@@ -221,7 +221,7 @@ def test_calibration_answers_both_ways_and_records_both_cut_rules(tmp_path):
 def test_a_calibrated_run_reads_its_rule_and_refuses_the_calibration_questions_and_other_settings(tmp_path):
     settings = settings_of(AdaptiveRetrieval, {"calibration_cuts": "values"}, "m")
     path = tmp_path / "calibration.json"
-    from adaptive_rag.methods.adaptive_retrieval import calibrated_settings
+    from adaptive_rag.methods.adaptive_retrieval.adaptive_retrieval import calibrated_settings
 
     path.write_text(json.dumps({"ids": ["z"], "settings": calibrated_settings(settings),
                                 "thresholds": {"histogram": 158.5, "values": 1000.0}}))
@@ -245,7 +245,7 @@ def test_workflow_calibrates_on_demo_calib_and_routes_each_question_by_its_popul
     `popularity_proxy: corpus-frequency`, whose files the `popularity` rule writes for the run's split and
     its calibration split from the corpus step's collection; the CLI step with its defaults writes the
     same file."""
-    from adaptive_rag.methods.parts.corpus_frequency import corpus_frequency
+    from adaptive_rag.methods.adaptive_retrieval.corpus_frequency import corpus_frequency
     from conftest import CLI, edit_params, run
     from test_workflow import tiny_params
 

@@ -75,7 +75,7 @@ class Candidate:
 
 def question_entities(question: str) -> list[Candidate]:
     """The question's candidate entities in question order, without duplicates (see the module docstring)."""
-    from .text import entities, proper_noun_runs
+    from ..parts.text import entities, proper_noun_runs
 
     names = [e.text for e in entities(question) if e.label not in NUMERIC_LABELS]
     if not names:

@@ -14,7 +14,7 @@ provides (`popularity`, default `data/popularity/<dataset>.json`): one JSON obje
 question id to its subject entity's monthly page views. The file is an input of the run, so a changed
 file reruns it. `popularity_proxy: corpus-frequency` reads instead a file the workflow computes
 (`data/popularity/corpus-frequency/<dataset>.json`, rule `popularity`): how many passages of the run's
-corpus mention the question's entity (`parts.corpus_frequency`), a corpus count, not page views; its
+corpus mention the question's entity (`corpus_frequency`), a corpus count, not page views; its
 runs' table rows say so.
 
 The threshold is a number, or `calibrated`: read off a calibration split the evaluation does not use
@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import InputError
-from .base import Answer, Method
-from .parts.calibrated import load_calibration, refuse_calibration_questions, refuse_other_settings, score_answers
-from .parts.rules import read_generation_rules
-from .registry import register
+from ...errors import InputError
+from ..base import Answer, Method
+from ..parts.calibrated import load_calibration, refuse_calibration_questions, refuse_other_settings, score_answers
+from ..parts.rules import read_generation_rules
+from ..registry import register
 
 DEFAULT_POPULARITY = "data/popularity/{dataset}.json"
 # The popularity the workflow computes (rule `popularity`, `adaptive-rag popularity`) instead of page views.

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from adaptive_rag.errors import InputError
-from adaptive_rag.methods.adaptive_retrieval import load_popularity
-from adaptive_rag.methods.parts.corpus_frequency import (Candidate, count_in_collection, count_mentions,
+from adaptive_rag.methods.adaptive_retrieval.adaptive_retrieval import load_popularity
+from adaptive_rag.methods.adaptive_retrieval.corpus_frequency import (Candidate, count_in_collection, count_mentions,
                                                          corpus_frequency, entities_path, phrase, pick,
                                                          question_entities, words, write)
 
