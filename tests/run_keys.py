@@ -33,7 +33,8 @@ no other key of any profile moved.
 `demo.json` and `sugar.json` gained the keys of the Adaptive Retrieval row of SUGAR's Table I
 (`adaptive-retrieval` with `popularity_proxy: corpus-frequency`); no other key of any profile moved.
 `demo.json` and `dior.json` gained the keys of the RaDIO rows of DioR's Tables 1, 2 and 5 (`radio`); no other
-key of any profile moved.
+key of any profile moved. Those `radio` keys moved once more when RaDIO's `filter_order` became the code's
+`after-firing`; no other key moved.
 """
 
 from __future__ import annotations

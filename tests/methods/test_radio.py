@@ -162,7 +162,7 @@ def test_radio_settings_default_to_the_code_and_refuse_bad_values():
                               "keep", "query_words", "query_punctuation", "query_duplicates", "top_k",
                               "rind_span", "ptext", "query_weights", "detector_alone")} == {
         "rind_units": "token", "attention_pass": "reencoded", "include_diagonal": True, "normalise": True,
-        "filter_order": "after", "keep": "first-sentence", "query_words": "whole-sentence",
+        "filter_order": "after-firing", "keep": "first-sentence", "query_words": "whole-sentence",
         "query_punctuation": "keep", "query_duplicates": "keep", "top_k": 1, "rind_span": "lookahead",
         "ptext": "drop-previous", "query_weights": "attention-tfidf-similarity", "detector_alone": "keep"}
     assert RaDIO.inputs(s, "demo", "radio") == {"detector": "data/detectors/radio.safetensors"}

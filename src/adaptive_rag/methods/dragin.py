@@ -28,7 +28,8 @@ The reference code differs in these ways, each a switch (`reference: dragin-code
   gives each sentence the words within its characters);
 - `filter_order: after-firing`: the sentence fires when any word's score exceeds theta; only then are
   the flags of words that are not real words cleared (`modifier` tests `1 in thres` before
-  `check_real_words`), so a sentence may fire with no word left flagged;
+  `check_real_words`), so a sentence may fire with no word left flagged; the query then has no
+  ranking (the reference's 0/0) and takes the first `top_n` candidates in text order;
 - `query_words: dragin-code`: the query of `keep_real_words` (parts/dragin_code.py): the question,
   the text so far, the sentences before the fired one and its words, encoded again and ranked by that
   pass's attention from the flagged words;
@@ -97,9 +98,10 @@ class DRAGIN(TriggeredRetrieval):
             "query_words": section.str("query_words", defaults["query_words"], QUERY_WORDS),
             "sentence_words": section.str("sentence_words", defaults.get("sentence_words", "offsets"), SENTENCE_WORDS),
         }
-        if settings["filter_order"] == "after-firing" and settings["query_words"] != "dragin-code":
-            raise section.fail("filter_order", "after-firing lets a sentence fire with no word left flagged, whose "
-                                               "query only query_words: dragin-code defines; set it too")
+        if settings["filter_order"] == "after-firing" and settings["query_words"] == "until-flagged":
+            raise section.fail("filter_order", "after-firing lets a sentence fire with no word left flagged, which "
+                                               "query_words: until-flagged cannot query from; set query_words: "
+                                               "whole-sentence or dragin-code")
         if settings["query_words"] == "dragin-code" and settings["sentence_words"] != "dragin-code":
             raise section.fail("query_words", "dragin-code reads the fired sentence's words as the reference "
                                               "aligns them; set sentence_words: dragin-code too")

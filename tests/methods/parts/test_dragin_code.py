@@ -145,8 +145,17 @@ def test_after_firing_fires_on_a_word_the_real_word_filter_then_clears():
     assert firing.fire and firing.flagged == []
 
 
+def test_after_firing_also_applies_to_the_words_within_each_sentences_characters():
+    # the same scores from the project's alignment (`sentence_words: offsets`), queried from the whole sentence
+    later = [0.1, 0.4, 0.1, 0.0, 0.1, 0.1, 0.1, 0.0]
+    la = lookahead()
+    method = dragin(later, sentence_words="offsets", filter_order="after-firing", query_words="whole-sentence")
+    detection = method.detect(None, la, la.sentences[0])
+    assert detection.fire and detection.flagged == [] and [u.text for u in detection.units] == ["Paris", "is", "big."]
+
+
 @pytest.mark.parametrize("params, key, message", [
-    ({"filter_order": "after-firing"}, "filter_order", "whose query only query_words: dragin-code defines"),
+    ({"filter_order": "after-firing"}, "filter_order", "query_words: until-flagged cannot query from"),
     ({"query_words": "dragin-code"}, "query_words", "set sentence_words: dragin-code too"),
     ({"sentence_words": "dragin-code", "reference": "paper"}, "filter_order",
      "sentence_words: dragin-code scores the reference's words"),

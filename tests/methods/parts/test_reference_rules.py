@@ -119,6 +119,18 @@ def test_whole_sentence_query_takes_the_sentences_real_words_but_the_flagged():
                             sentence=(1, 24)) == "flows Paris city river Lyon"
 
 
+def test_without_a_flagged_token_the_whole_sentence_query_is_its_first_candidates_in_text_order():
+    # `filter_order: after-firing` fired with no flag left: the reference ranks by 0/0 (NaN), which leaves the
+    # candidates in text order: question river, flows, Paris; answer (Paris again), city; sentence (river), Lyon
+    la = lyon()
+    assert real_words_query(la, None, "What river flows through Paris?", " Paris is a city.", 3,
+                            sentence=(1, 24)) == "river flows Paris"
+    assert real_words_query(la, None, "What river flows through Paris?", " Paris is a city.", 35,
+                            sentence=(1, 24)) == "river flows Paris city Lyon"
+    with pytest.raises(ValueError, match="needs the whole sentence"):
+        real_words_query(la, None, "What river flows through Paris?", "", 3)
+
+
 def test_query_words_is_a_dragin_setting_left_out_of_keys_at_its_default():
     settings = settings_of(DRAGIN, {}, "methods.dragin")
     assert settings["query_words"] == "until-flagged" and "query_words" not in DRAGIN.settings_key(settings)

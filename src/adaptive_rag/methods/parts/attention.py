@@ -56,7 +56,7 @@ def reencoded_received(planes: np.ndarray, diagonal: bool = False) -> np.ndarray
     return per_head.mean(axis=0) if per_head.size else np.zeros(per_head.shape[-1], dtype=np.float64)
 
 
-def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_far: str, top_n: int,
+def real_words_query(lookahead: LookAhead, token: int | None, question: str, answer_so_far: str, top_n: int,
                      punctuation: bool = False, duplicates: bool = False,
                      sentence: tuple[int, int] | None = None, flagged: Sequence[tuple[int, int]] = (),
                      reweight: Callable[[str, list[tuple[int, int]], list[tuple[int, int]]], list[float]] | None = None
@@ -75,14 +75,19 @@ def real_words_query(lookahead: LookAhead, token: int, question: str, answer_so_
     overlap a `flagged` span: the DRAGIN reference's src/generate.py `AttnWeightRAG.keep_real_words`
     ranks every real word of the question, the text so far and the whole current sentence except the
     hallucinated ones. A word after `token` gets no attention from it (a token attends only to what
-    precedes it), so it ranks after every attended word, in its position's order.
+    precedes it), so it ranks after every attended word, in its position's order. Without a flagged
+    `token` (None, with `sentence`), no word is attended: the first `top_n` candidates in text order.
 
     `reweight(virtual, regions, spans)` multiplies each candidate's attention by a factor of its own
     (RaDIO's TF-IDF and similarity terms): it gets the virtual text, the regions read from it (question,
     answer so far, generated text) and each candidate's character span, and returns one factor per
     candidate."""
     c = lookahead.c
-    row = np.asarray(c.attentions[token], dtype=np.float64)
+    if token is None and sentence is None:
+        raise ValueError("real_words_query: a query without a flagged token needs the whole sentence")
+    # no flagged token (`filter_order: after-firing`): no ranking, as the reference's 0/0 attention leaves
+    # its candidates in text order, so every weight is 0 and the first `top_n` are taken
+    row = np.asarray(c.attentions[token], dtype=np.float64) if token is not None else np.zeros(0)
     prompt_tokens = list(c.meta.get("prompt_tokens") or [])
     prompt_text = "".join(prompt_tokens)
     # One virtual text: the prompt's own (non-shared) tokens, then the generated tokens before `token`.

@@ -39,7 +39,7 @@ def rind_detection(lookahead: LookAhead, sentence, theta: float, attention_scope
     """RIND over the sentence's tokens, or (`units: word`) over its whitespace-delimited words, each
     scored with the sum of its tokens' attention and the mean of their entropies (the reference
     code's merge); the flagged units are those above theta (after the real-word filter with
-    `filter_order: after`). `received` replaces the generation pass's per-token attention (a_i) by
+    `filter_order: after`, or firing before it with `after-firing`). `received` replaces the generation pass's per-token attention (a_i) by
     one computed elsewhere (a re-encoded pass)."""
     if received is None:
         received = attention_received(attention_matrix(lookahead, attention_scope), include_diagonal)
@@ -61,9 +61,12 @@ def rind_detection(lookahead: LookAhead, sentence, theta: float, attention_scope
 
         stop = [(w := word_of(t)) is None or w.text.lower() in stop_list for t in indices]
     scores = rind_scores(attention, entropies, indices, stop, normalise, filter_order == "before")
-    flagged = [k for k, v in enumerate(scores) if v > theta]
-    if filter_order == "after" and flagged:
+    over = [k for k, v in enumerate(scores) if v > theta]
+    flagged = over
+    if filter_order in ("after", "after-firing") and over:
         real = [(sentence.start + w.start, sentence.start + w.end)
                 for w in real_words(lookahead.text[sentence.start:sentence.end])]
-        flagged = [k for k in flagged if any(a < found[k].end and b > found[k].start for a, b in real)]
-    return Detection(bool(flagged), found, scores, flagged)
+        flagged = [k for k in over if any(a < found[k].end and b > found[k].start for a, b in real)]
+    # `after-firing`: the reference code's order, the sentence fires on any unit over theta, the filter
+    # then clears flags only
+    return Detection(bool(over) if filter_order == "after-firing" else bool(flagged), found, scores, flagged)

@@ -3,7 +3,8 @@
 `src/main.py` runs `AttnWeightRAG` of `src/generate.py` with `method: dragin` and `query_formulation:
 real_words` (every config/Llama2-7b-chat/*/RaDIO.json): the DRAGIN code base with three changes.
 - Detection: RIND per *token* (`generate_attn` merges no tokens into words), from a re-encoded pass,
-  normalised over the span and filtered to real words after thresholding, as DRAGIN's code does; or the
+  normalised over the span, firing on any token over the threshold and then clearing the flags of tokens
+  that are not real words (`filter_order: after-firing`), as DRAGIN's code does; or the
   MLP detector (`detector.py`: fires when a token's score is above the look-ahead's mean and at most 0.5).
 - The span RIND judges (`rind_span: lookahead`): `AttnWeightRAG.modifier` finds a sentence's tokens by
   looking for the sentence in the tokens joined with spaces; unmerged tokens joined with spaces never
@@ -38,7 +39,10 @@ from .query import radio_factors
 
 # src/generate.py AttnWeightRAG: DRAGIN's code settings, RIND per token (no merge into words), the whole
 # current span's real words for the query.
-RADIO_CODE = {**REFERENCES["dragin-code"], "rind_units": "token", "query_words": "whole-sentence"}
+# `modifier` declares a hallucination on any token over the threshold (`if 1 in thres`) before its real-word
+# filter clears flags: `filter_order: after-firing`.
+RADIO_CODE = {**REFERENCES["dragin-code"], "rind_units": "token", "query_words": "whole-sentence",
+              "filter_order": "after-firing"}
 SPANS = ("lookahead", "sentence")
 PTEXT = ("drop-previous", "before-fired")
 QUERY_WEIGHTS = ("attention-tfidf-similarity", "attention")
