@@ -183,10 +183,12 @@ class DRAGIN(TriggeredRetrieval):
         return tokenizer
 
     def newline_id(self) -> int | None:
-        """The tokenizer's newline token (the reference compares ids with Llama's 13)."""
-        tokenizer = self.tokenizer()
-        ids = tokenizer.encode("\n", add_special_tokens=False)
-        return next((i for i in reversed(ids) if tokenizer.decode([i]) == "\n"), None)
+        """The tokenizer's newline token (the reference compares ids with Llama's 13), looked up once."""
+        if not hasattr(self, "_newline"):
+            tokenizer = self.tokenizer()
+            ids = tokenizer.encode("\n", add_special_tokens=False)
+            self._newline = next((i for i in reversed(ids) if tokenizer.decode([i]) == "\n"), None)
+        return self._newline
 
     def reference_query(self, state, lookahead, sentence, detection) -> str:
         """`keep_real_words` over `question + " " + text + " " + ptext + " " + curr_text`."""
