@@ -70,6 +70,22 @@ def test_a_block_may_cut_the_first_table_to_some_columns_and_rows(tmp_path):
         sync(tmp_path, [page], check=True)
 
 
+def test_a_block_may_cite_a_later_table_of_the_file(tmp_path):
+    (tmp_path / "t.md").write_text("## quality\n\n| method | EM |\n|:--|--:|\n| x | 0.1 |\n\nglossary\n\n"
+                                   "## cost\n\n| method | N_R | Gc |\n|:--|--:|--:|\n| x | 1.50 | 3.00 |\n")
+    page = tmp_path / "page.md"
+    page.write_text("<!-- table: t.md; table=2; columns=method,N_R -->\n<!-- /table -->\n")
+    sync(tmp_path, [page], check=False)
+    assert page.read_text() == ("<!-- table: t.md; table=2; columns=method,N_R -->\n| method | N_R |\n|---|---|\n"
+                                "| x | 1.50 |\n<!-- /table -->\n")
+    page.write_text("<!-- table: t.md; table=3 -->\n<!-- /table -->\n")
+    with pytest.raises(InputError, match=r"t.md \(cited at .*page.md:1\): 2 markdown table\(s\), no table 3"):
+        sync(tmp_path, [page], check=True)
+    page.write_text("<!-- table: t.md; table=0 -->\n<!-- /table -->\n")
+    with pytest.raises(InputError, match="page.md:1: table option 'table=0': N counts the file's markdown tables from 1"):
+        sync(tmp_path, [page], check=True)
+
+
 def test_the_cli_checks_then_rewrites(tmp_path, monkeypatch, capsys):
     from adaptive_rag.cli import main
 

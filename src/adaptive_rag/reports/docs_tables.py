@@ -6,10 +6,12 @@ A docs page shows a built table between two markers:
     ... the file's content ...
     <!-- /table -->
 
-or, for a page that needs only part of it, the file's first markdown table cut to some columns and rows
+or, for a page that needs only part of it, one markdown table of the file (the first, or the N-th with
+`table=N`: an ablation's file holds a quality table, then a cost table) cut to some columns and rows
 (options after the path, each after a `;`):
 
     <!-- table: reports/tables/quality.md; columns=method,EM,ΔEM vs wo-rag; where=dataset:demo-single -->
+    <!-- table: reports/ablations/seakr-table1.md; table=2; columns=method,N_R,Ks -->
 
 `adaptive-rag docs-tables` rewrites every such block from the file it names, and `--check` (the test suite
 runs the same check) fails on a block that differs from its file, so a number in the docs is never older
@@ -27,7 +29,7 @@ from ..errors import InputError
 
 _BLOCK = re.compile(r"^<!-- table: (?P<spec>[^>\n]+?) -->\n(?P<body>.*?)^<!-- /table -->", re.S | re.M)
 _MARKER = re.compile(r"^<!-- table: ", re.M)  # a marker opens a line; one quoted in text does not count
-_OPTIONS = ("columns", "where")
+_OPTIONS = ("columns", "where", "table")
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,12 @@ class Block:
             name, _, value = part.strip().partition("=")
             if name not in _OPTIONS or not value:
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}; the options are "
-                                 f"`; columns=A,B,...` and `; where=COLUMN:VALUE`")
-            options[name] = [v.strip() for v in value.split(",")] if name == "columns" else value.split(":", 1)
+                                 f"`; columns=A,B,...`, `; where=COLUMN:VALUE` and `; table=N`")
+            if name == "table" and not (value.isdigit() and int(value) >= 1):
+                raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}: N counts the file's "
+                                 f"markdown tables from 1")
+            options[name] = ([v.strip() for v in value.split(",")] if name == "columns"
+                             else [value] if name == "table" else value.split(":", 1))
         return options
 
 
@@ -73,7 +79,8 @@ def expected_body(root: Path, block: Block) -> str | None:
     options = block.options()
     if not options:
         return content if content.endswith("\n") else content + "\n"
-    header, rows = _first_table(content, f"{block.path} (cited at {block.page}:{block.line})")
+    number = int(options.get("table", ["1"])[0])
+    header, rows = _table(content, number, f"{block.path} (cited at {block.page}:{block.line})")
     columns = options.get("columns", header)
     missing = [c for c in columns if c not in header]
     if missing:
@@ -90,12 +97,16 @@ def expected_body(root: Path, block: Block) -> str | None:
     return "\n".join(lines) + "\n"
 
 
-def _first_table(content: str, what: str) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the first markdown table in `content`, cells stripped."""
+def _table(content: str, number: int, what: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the `number`-th (from 1) markdown table in `content`, cells stripped."""
     lines = content.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
-    if start is None or start + 1 >= len(lines) or not set(lines[start + 1]) <= set("|:- "):
-        raise InputError(f"{what}: no markdown table")
+    starts = [i for i, line in enumerate(lines) if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))]
+    if len(starts) < number:
+        raise InputError(f"{what}: {len(starts)} markdown table(s), no table {number}" if number > 1
+                         else f"{what}: no markdown table")
+    start = starts[number - 1]
+    if start + 1 >= len(lines) or not set(lines[start + 1]) <= set("|:- "):
+        raise InputError(f"{what}: table {number} has no header separator line")
     table = []
     for line in lines[start:]:
         if not line.startswith("|"):
