@@ -72,6 +72,7 @@ rule significance:
         similarity=lambda wc: P.ablations[wc.ablation].similarity,
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "significance") or "(?!)",
+    threads: P.generation.threads  # the model's torch threads
     resources:
         gpu=MODEL_GPUS,
     log:
@@ -95,6 +96,7 @@ rule uncertainty_sweep:
         k_max=lambda wc: P.ablations[wc.ablation].k_max,
     wildcard_constraints:
         ablation="|".join(re.escape(n) for n, a in P.ablations.items() if a.plot == "uncertainty-sweep") or "(?!)",
+    threads: P.generation.threads  # the model's torch threads
     resources:
         gpu=MODEL_GPUS,
     log:

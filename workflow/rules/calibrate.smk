@@ -24,6 +24,7 @@ rule calibrate:
         "data/calibration/{dataset}/{method}.json",
     params:
         settings=lambda wc: json.dumps(P.run_settings(wc.dataset, wc.method), sort_keys=True),
+    threads: P.generation.threads  # the model's torch threads: two calibrations at once would each take them all
     resources:
         gpu=MODEL_GPUS,
     log:
