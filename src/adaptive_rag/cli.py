@@ -19,7 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .config import as_dict, load_params
+from .config import dataset_settings, load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
 from .live_progress import HEARTBEAT_S
 
@@ -196,7 +196,7 @@ def cmd_split(args) -> None:
     ds = params.dataset(args.dataset)
     examples = load_dataset(ds.format, ds.path)
     cfg = ds.sample
-    left = len(examples) - cfg.skip
+    left = len(examples) - cfg.skip - (min(cfg.disjoint_from[1], len(examples)) if cfg.disjoint_from else 0)
     after_skip = f", {max(left, 0)} after sample.skip {cfg.skip}" if cfg.skip else ""
     if cfg.size is not None and cfg.size > left:
         raise InputError(f"datasets.{ds.name}.sample.size is {cfg.size} but {ds.path} has only "
@@ -204,12 +204,12 @@ def cmd_split(args) -> None:
     if left < 1 and cfg.skip:  # an empty split would fail only later, when each of its runs is scored
         raise InputError(f"datasets.{ds.name}.sample.skip is {cfg.skip} but {ds.path} has only "
                          f"{len(examples)} questions: the split would be empty")
-    chosen = sample(examples, cfg.size, cfg.seed, cfg.mode, cfg.skip)
+    chosen = sample(examples, cfg.size, cfg.seed, cfg.mode, cfg.skip, cfg.disjoint_from)
     out = Path(args.out)
     write_jsonl(out, (e.to_dict() for e in chosen))
     write_json(out.with_suffix(".meta.json"), {
         "dataset": ds.name, "source": ds.path, "source_sha256": sha256_file(ds.path),
-        "source_questions": len(examples), "sample": as_dict(cfg), "questions": len(chosen),
+        "source_questions": len(examples), "sample": dataset_settings(ds)["sample"], "questions": len(chosen),
     })
     print(f"split {ds.name}: {len(chosen)} of {len(examples)} questions -> {out}")
 

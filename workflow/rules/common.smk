@@ -4,7 +4,7 @@ import re
 import shlex
 import sys
 
-from adaptive_rag.config import as_dict
+from adaptive_rag.config import as_dict, dataset_settings
 from adaptive_rag.methods.registry import method_class
 from adaptive_rag.prompts.fewshot import resolve_exemplars
 from adaptive_rag.retrieval import NAMED_DENSE
