@@ -38,7 +38,7 @@ def recorded_tokens(pieces: str, tokens: list[str]) -> list[str]:
     generator = SimpleNamespace(generate=lambda prompt, n, logprobs=False: ("text", list(tokens), [0.0] * len(tokens)),
                                 generate_attn=lambda *a, **k: None)
     model = SimpleNamespace(generator=generator, retriever=None)
-    recorder = runner.Recorder(model, SimpleNamespace(), pieces)
+    runner.Recorder(model, SimpleNamespace(), pieces)  # wraps generator.generate
     return generator.generate("prompt", 10, True)[1]
 
 

@@ -165,7 +165,8 @@ def test_sugar_profile_has_the_papers_settings():
         assert p.method("sugar").settings_for(name)["calibration_dataset"] == "{dataset}-calib"
     ablations = p.ablations
     assert ablations["sugar-table1"].datasets == SUGAR_SINGLE and ablations["sugar-table2"].datasets == SUGAR_MULTI
-    assert ablations["sugar-table1"].time_baseline == "sugar-single-step"  # SUGAR's own single step
+    # the Single-step row is SUGAR's own single step (its one-shot prompt): the Time baseline, a row of the table
+    assert ablations["sugar-table1"].time_baseline == "sugar-table1--sr-rag-qa"
     assert ablations["sugar-signal"].datasets == ["triviaqa", "squad"]
     signal = {v.base: p.method(v.method).settings for v in ablations["sugar-signal"].variants
               if v.base.startswith("sugar")}

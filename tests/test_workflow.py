@@ -70,8 +70,8 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
         "error: unknown method 'flair'; params.yaml defines: wo-rag, sr-rag, fl-rag, fs-rag, ircot, flare, dragin, "
         "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple, sugar, "
         "dior, dior-context, dior-context-wo-ed, dior-wo-ed, dior-wo-rd, dior-wo-pre, dior-wo-post, "
-        "dior-dragin-prompt, radio, sugar-mean, sugar-pe-mean, sugar-pe-se, sugar-single-step, adaptive-rag, "
-        "adaptive-retrieval (and 130 ablation variants, `<ablation>--<values>`)")
+        "dior-dragin-prompt, radio, sugar-mean, sugar-pe-mean, sugar-pe-se, wo-rag-qa, sr-rag-qa, ircot-8, "
+        "adaptive-rag, adaptive-retrieval (and 130 ablation variants, `<ablation>--<values>`)")
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path / "data", check=False)
     assert result.returncode == 2 and "params file not found: params.yaml" in result.stderr
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
@@ -346,7 +346,7 @@ def test_seakr_calibrates_on_its_own_split_and_its_ablation_variants_share_the_c
 def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_two(tiny_llama_dir, tmp_path):
     """SUGAR end to end on the tiny Llama (`judge: match`, call cache off): `thresholds: calibrated | mean`
     plan one calibration on demo-calib per configuration before its run; Table III's table has Time
-    relative to SUGAR's own single-step branch (`sugar-single-step`, run beside it), and Figure 2 is drawn
+    relative to its Single-step row (`sr-rag-qa`, SUGAR's own single-step branch), and Figure 2 is drawn
     from the runs' traces."""
     import json
 
@@ -394,10 +394,10 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
     header = table[0].split(",")
     assert "time_rel" in header and len(table) == 1 + 5
     time_rel = {row.split(",")[1]: row.split(",")[header.index("time_rel")] for row in table[1:]}
-    assert set(time_rel) == {"wo-rag", "sr-rag", "sugar-pe-mean (judge: match)", "sugar-pe-se (judge: match)",
+    assert set(time_rel) == {"wo-rag-qa", "sr-rag-qa", "sugar-pe-mean (judge: match)", "sugar-pe-se (judge: match)",
                              "sugar-mean (judge: match)"}
     assert all(time_rel.values())  # every run made all of its calls
-    assert (tmp_path / "data/runs/demo-small/sugar-single-step/predictions.jsonl").is_file()
+    assert float(time_rel["sr-rag-qa"]) == 1.0  # the baseline is a row: its Time is visible
     figure = (tmp_path / "reports/ablations/sugar-entropy.csv").read_text().splitlines()
     assert figure[0].startswith("dataset,method,id,se,pe") and len(figure) == 1 + 2
     assert (tmp_path / "reports/ablations/sugar-entropy.png").read_bytes()[:4] == b"\x89PNG"
@@ -406,4 +406,4 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
     assert_report_shows_every_output(tmp_path, report, {"SUGAR": {"sugar-signal", "sugar-entropy"}})
     caption = re.sub(r"<[^>]+>", "", report["results"]["reports/ablations/sugar-signal.md"]["caption"])
     assert "an ablation of 5 variants" in caption
-    assert "time_rel (mean wall time per question over sugar-single-step" in caption
+    assert "time_rel (mean wall time per question over sr-rag-qa (a row of this table" in caption

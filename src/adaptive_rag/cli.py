@@ -36,6 +36,11 @@ def cmd_check_params(args) -> None:
           f"{named} named + {len(params.methods) - named} ablation variants of {len(params.ablations)} "
           f"ablations; experiment: {', '.join(params.experiment_datasets)} x "
           f"{', '.join(params.experiment_methods)})")
+    from .row_setups import differences
+
+    for ablation in params.ablations.values():  # a table whose rows differ in more than it varies measures both
+        for line in differences(params, ablation) if ablation.variants else ():
+            print(f"warning: {line}", file=sys.stderr)
 
 
 PROFILES_DIR = Path("params")

@@ -143,7 +143,12 @@ class DRAGIN(TriggeredRetrieval):
         if s["attention_pass"] == "reencoded":
             received = reencoded_received(self.reencode(lookahead), s["include_diagonal"])
         return rind_detection(lookahead, sentence, s["theta"], s["attention_scope"], s["include_diagonal"],
-                              s["normalise"], s["filter_order"], s["rind_units"], received)
+                              s["normalise"], s["filter_order"], s["rind_units"], received,
+                              self.word_filter(lookahead, sentence))
+
+    def word_filter(self, lookahead, sentence):
+        """The real-word filter `rind_detection` applies (None: its own, real words overlapping a unit)."""
+        return None
 
     def reencode(self, lookahead):
         """The look-ahead's tokens fed alone (`received_attention`), once per look-ahead: its sentences
