@@ -42,7 +42,8 @@ kept empty answers as answers (`empty_samples: answer`: every `sugar` key), (c) 
 became its code's (`real_word_match: token-piece`: every `radio` key), and (d) the `reference` profile's
 FLARE and DRAGIN read token pieces as Llama's tokenizer writes them (`token_pieces: llama`) and the
 profile gained `hotpotqa-unseen`; `paper`, `scaar`, `seakr` and `self-rag` kept every key, and no other
-run of any profile moved.
+run of any profile moved. `demo.json` then gained the keys of `sugar-empty-samples` (SUGAR with either
+empty-sample rule); no other key moved.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
         "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple, sugar, "
         "dior, dior-context, dior-context-wo-ed, dior-wo-ed, dior-wo-rd, dior-wo-pre, dior-wo-post, "
         "dior-dragin-prompt, radio, sugar-mean, sugar-pe-mean, sugar-pe-se, wo-rag-qa, sr-rag-qa, ircot-8, "
-        "adaptive-rag, adaptive-retrieval (and 130 ablation variants, `<ablation>--<values>`)")
+        "adaptive-rag, adaptive-retrieval (and 132 ablation variants, `<ablation>--<values>`)")
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path / "data", check=False)
     assert result.returncode == 2 and "params file not found: params.yaml" in result.stderr
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
