@@ -131,7 +131,8 @@ def _encode(encoder, texts: list[str], batch_size: int, role: str):
     return vectors
 
 
-def _shards(collection_dir: Path) -> list[Path]:
+def collection_shards(collection_dir: Path) -> list[Path]:
+    """The JsonCollection shards of the corpus step's directory, refused when there are none."""
     shards = sorted(collection_dir.glob("*.jsonl"))
     if not shards:
         raise InputError(f"{collection_dir}: no JsonCollection shards (*.jsonl) to index")
@@ -147,7 +148,8 @@ def _count_lines(shards: list[Path]) -> int:
     return count
 
 
-def _iter_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
+def collection_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
+    """(id, title, text) of every passage of the shards, in order."""
     for shard in shards:
         for lineno, record in iter_jsonl(shard, "JsonCollection shard"):
             if not isinstance(record, dict) or "id" not in record:
@@ -187,7 +189,7 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
     from tqdm import tqdm
 
     collection_dir, index_dir = Path(collection_dir), Path(index_dir)
-    shards = _shards(collection_dir)
+    shards = collection_shards(collection_dir)
     total = _count_lines(shards)
     if expected is not None and total != expected:
         raise InputError(f"{collection_dir}: the shards hold {total} passages but the corpus manifest says "
@@ -215,7 +217,7 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
                     bar.update(len(chunk))
                     chunk.clear()
 
-            for pid, title, text in _iter_documents(shards):
+            for pid, title, text in collection_documents(shards):
                 if count >= total:  # the collection grew while we read it
                     raise InputError(f"{collection_dir}: changed during indexing")
                 offsets[count] = store.tell()
