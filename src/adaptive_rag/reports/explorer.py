@@ -72,7 +72,7 @@ def corpus_passages(collection: str | Path | None, wanted: set[str]) -> dict[str
     (an empty dict without a collection: the page then shows ids and the titles the traces hold)."""
     if collection is None or not wanted:
         return {}
-    from ..retrieval.dense import collection_documents, collection_shards
+    from ..data.corpus import collection_documents, collection_shards
 
     found = {}
     for pid, title, text in collection_documents(collection_shards(Path(collection))):

