@@ -24,7 +24,7 @@ def test_dry_run_plans_the_full_dag(tmp_path):
     copy_workflow(tmp_path)
     assert planned_jobs(tmp_path) == {
         "model": 1, "corpus": 1, "index": 1, "split": 2, "generate": 12, "score": 12, "report": 1,
-        "explorer_page": 2, "explorer": 1, "all": 1,
+        "explorer_page": 2, "all": 1,
     }
 
 
@@ -193,7 +193,7 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     # A second run has nothing to do; a method's setting reruns only what depends on it.
     assert planned_jobs(sm) == {}
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=2))
-    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "explorer_page": 2, "explorer": 1,
+    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "explorer_page": 2,
                                 "all": 1}  # sr-rag on each dataset
     first = (sm / "data/runs/demo/sr-rag/predictions.jsonl").read_bytes()
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
