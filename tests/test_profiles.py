@@ -210,7 +210,7 @@ def test_shared_profile_plans_four_datasets(tmp_path):
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)  # the profile reads ../shared/data
     shutil.copy(REPO / "params" / "shared.yaml", dest / "params.yaml")
     assert planned_jobs(dest) == {"model": 1, "corpus": 1, "index": 1, "split": 4, "generate": 24, "score": 24,
-                                  "report": 1, "all": 1}
+                                  "report": 1, "explorer_page": 4, "all": 1}
 
 
 class _ArchiveHandler(http.server.BaseHTTPRequestHandler):

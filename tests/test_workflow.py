@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 def test_dry_run_plans_the_full_dag(tmp_path):
     copy_workflow(tmp_path)
     assert planned_jobs(tmp_path) == {
-        "model": 1, "corpus": 1, "index": 1, "split": 2, "generate": 12, "score": 12, "report": 1, "all": 1,
+        "model": 1, "corpus": 1, "index": 1, "split": 2, "generate": 12, "score": 12, "report": 1,
+        "explorer_page": 2, "all": 1,
     }
 
 
@@ -137,7 +138,8 @@ def test_snakemake_outputs_are_recorded_for_dvc_without_recomputing_and_pulled_i
     reports = sorted(str(p.relative_to(sm)) for p in (sm / "reports").rglob("*") if p.is_file())
     assert reports == sorted([
         *(f"reports/ablations/sr-topk.{suffix}" for suffix in ("csv", "md", "png", "tex", "html")),
-        "reports/figures/retrievals.png", "reports/figures/scores.png", "reports/params.yaml",
+        "reports/explorer/demo-single.html", "reports/explorer/demo.html",
+        "reports/figures/retrievals.png", "reports/figures/scores.png", "reports/figures/scores.svg", "reports/params.yaml",
         *(f"reports/tables/{table}.{suffix}" for table in ("quality", "cost") for suffix in ("md", "html", "tex")),
         "reports/tables/retrievals.csv", "reports/tables/retrievals.md", "reports/tables/retrievals.html",
         "reports/tables/scores.csv"])
@@ -191,7 +193,8 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     # A second run has nothing to do; a method's setting reruns only what depends on it.
     assert planned_jobs(sm) == {}
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=2))
-    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "all": 1}  # sr-rag on each dataset
+    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "explorer_page": 2,
+                                "all": 1}  # sr-rag on each dataset
     first = (sm / "data/runs/demo/sr-rag/predictions.jsonl").read_bytes()
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
     snakemake(sm, "--forcerun", "generate")
@@ -206,10 +209,12 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     snakemake(sm, "ablation_word_significance")
     report, seconds = build_html_report(sm, "report_all")
     print(f"report_all: HTML report built in {seconds:.1f} s")
-    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals", "configuration"},
+    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals", "configuration",
+                                                                      "explorer"},
                                                   "Ablations": {"word-significance", "sr-topk"}})
     assert set(report["inline"]) == {"reports/tables/quality.html", "reports/tables/cost.html",
-                                     "reports/tables/retrievals.html", "reports/ablations/sr-topk.html"}
+                                     "reports/tables/retrievals.html", "reports/ablations/sr-topk.html",
+                                     "reports/explorer/demo.html", "reports/explorer/demo-single.html"}
     assert "<dt>N_R</dt>" in report["inline"]["reports/tables/cost.html"]  # the glossary is shown too
     # the front page prints the resolved settings: the tiny params, and a default params.yaml leaves out
     assert "name: tiny\n" in report["configuration"] and "max_new_tokens: 6\n" in report["configuration"]

@@ -247,6 +247,11 @@ def cmd_ask(args) -> None:
     from .ask import ask
 
     asked = ask(_params(args), args.question, args.method, args.dataset)
+    if args.html:
+        from .reports.explorer import write_asked
+
+        write_asked(asked, Path(args.html))
+        print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
         from .io import dumps_line
 
@@ -255,6 +260,23 @@ def cmd_ask(args) -> None:
     from .reports.steps import render
 
     print(render(asked), end="")
+
+
+def cmd_explorer(args) -> None:
+    """One page of the trace explorer for runs of one dataset (the workflow's `explorer` rule)."""
+    from .reports.explorer import write_explorer
+
+    collection = args.corpus
+    if collection is None:
+        default = Path(_params(args).corpus_dir)
+        collection = default if default.is_dir() else None
+    command = "adaptive-rag explorer --runs " + " ".join(args.runs) + f" --out {args.out}" + \
+        (f" --corpus {collection}" if collection else "")
+    data = write_explorer(args.runs, Path(args.out), collection, args.start - 1, command)
+    sizes = ", ".join(f"{r['method']} {r['bytes'] / 1000:.1f} kB" for r in data["runs"])
+    print(f"explorer {data['dataset']}: questions {data['start']}-{data['end']} of {data['total']} "
+          f"({sizes}; cap {data['cap'] / 1000:.0f} kB per run) -> {args.out} "
+          f"({Path(args.out).stat().st_size / 1000:.1f} kB)")
 
 
 def cmd_score(args) -> None:
@@ -284,8 +306,8 @@ def cmd_report(args) -> None:
     written = [*write_tables([quality], Path(args.quality), "Answer quality"),
                *write_tables([cost], Path(args.cost), "Cost")]
     write_csv(frame, Path(args.table_csv))
-    plot_scores(frame, Path(args.figure), params.report.confidence)
-    written += [Path(args.table_csv), Path(args.figure)]
+    plot_scores(frame, Path(args.figure), params.report.confidence, Path(args.figure_svg) if args.figure_svg else None)
+    written += [Path(args.table_csv), Path(args.figure), *([Path(args.figure_svg)] if args.figure_svg else [])]
     if args.retrievals or args.retrievals_figure:
         long = retrieval_distribution(paths, params)
         if args.retrievals:
@@ -675,6 +697,19 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "also accepted before `ask`)")
     p.add_argument("--json", action="store_true", help="print the question's trace record (a trace.jsonl line) "
                                                        "instead of the steps")
+    p.add_argument("--html", metavar="FILE", help="also write the question as the HTML report's trace explorer "
+                                                  "shows it (one offline page) to FILE")
+    p = step("explorer", cmd_explorer, "the trace explorer of runs of one dataset: one offline HTML page with "
+                                       "every question's steps (text shaded by the trigger's scores, the fired "
+                                       "sentence, queries, passages), filters, search and two runs side by side")
+    p.add_argument("--runs", nargs="+", required=True, metavar="DIR", help="run directories of the generate step "
+                                                                           "(data/runs/<dataset>/<method>), one dataset")
+    p.add_argument("--out", required=True, help="the page to write (HTML)")
+    p.add_argument("--corpus", help="the corpus step's JsonCollection, for the passages' text (default: "
+                                    "data/corpus/<corpus.name> when built)")
+    p.add_argument("--start", type=int, default=1, metavar="N", help="the first question of the page (1-based, in "
+                                                                      "the runs' order; default 1): a page holds "
+                                                                      "as many as each run's size cap allows")
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
     p.add_argument("--dataset", required=True, help="the run's dataset (recorded in the score file)")
     p.add_argument("--method", required=True, help="the run's method configuration (recorded in the score file)")
@@ -694,6 +729,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table-csv", required=True, help="every column of both tables, one number per column")
     p.add_argument("--figure", required=True, help="EM and F1 per method with intervals, and their difference "
                                                    "from the baseline (PNG)")
+    p.add_argument("--figure-svg", metavar="F", help="the same figure as SVG (the HTML report's front page draws it)")
     p.add_argument("--retrievals", metavar="PREFIX", help="questions per number of retrievals: PREFIX.md, "
                                                           "PREFIX.html and PREFIX.csv")
     p.add_argument("--retrievals-figure", help="the same distribution as a bar chart")

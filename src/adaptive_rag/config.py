@@ -412,6 +412,11 @@ class Params:
         """Where the `model` step materialises `model.source`."""
         return f"data/models/{self.model.name}"
 
+    @property
+    def corpus_dir(self) -> str:
+        """Where the `corpus` step writes the JsonCollection of `corpus.passages`."""
+        return f"data/corpus/{self.corpus.name}"
+
     def index_dir(self, kind: str) -> str:
         """Where the workflow builds the `kind` (bm25 | dense | dense:<name>) index of the corpus: a
         named encoder's index is `dense-<name>`, beside the others."""
