@@ -86,6 +86,12 @@ def test_a_block_may_cut_the_first_table_to_some_columns_and_rows(tmp_path):
     assert sync(tmp_path, [page], check=False)[0] == ["page.md:1 t.md"]
     assert page.read_text() == ("<!-- table: t.md; columns=method,EM; where=dataset:b -->\n| method | EM |\n|---|---|\n"
                                 "| x | 0.2 |\n| y | 0.3 |\n<!-- /table -->\n")
+    page.write_text("<!-- table: t.md; columns=dataset,EM; except=method:x -->\n<!-- /table -->\n")
+    sync(tmp_path, [page], check=False)
+    assert "| dataset | EM |\n|---|---|\n| b | 0.3 |\n" in page.read_text()  # every row but method x's
+    page.write_text("<!-- table: t.md; columns=dataset,EM; where=dataset -->\n<!-- /table -->\n")
+    with pytest.raises(InputError, match="page.md:1: table option 'where=dataset': expected where=COLUMN:VALUE"):
+        sync(tmp_path, [page], check=True)
     page.write_text("<!-- table: t.md; columns=method,F1 -->\n<!-- /table -->\n")
     with pytest.raises(InputError, match="page.md:1: t.md has no column F1; its columns: dataset, method, EM"):
         sync(tmp_path, [page], check=True)

@@ -12,6 +12,9 @@ or, for a page that needs only part of it, one markdown table of the file (the f
 
     <!-- table: reports/tables/quality.md; columns=method,EM,ΔEM vs wo-rag; where=dataset:demo-single -->
     <!-- table: reports/ablations/seakr-table1.md; table=2; columns=method,N_R,Ks -->
+    <!-- table: reports/ablations/dior-table2.md; columns=method,EM; except=method:radio -->
+
+(`where` keeps the rows whose column holds the value, `except` drops them.)
 
 `adaptive-rag docs-tables` rewrites every such block from the file it names, and `--check` (the test suite
 runs the same check) fails on a block that differs from its file, so a number in the docs is never older
@@ -35,7 +38,7 @@ from ..errors import InputError
 
 _BLOCK = re.compile(r"^<!-- table: (?P<spec>[^>\n]+?) -->\n(?P<body>.*?)^<!-- /table -->", re.S | re.M)
 _MARKER = re.compile(r"^<!-- table: ", re.M)  # a marker opens a line; one quoted in text does not count
-_OPTIONS = ("columns", "where", "table")
+_OPTIONS = ("columns", "where", "except", "table")
 # Table headers whose values come from the machine and its call cache, not from params.yaml
 MACHINE_COLUMNS = {"s/question": "wall time", "cached calls": "the call cache's hits", "time_rel": "a ratio of wall times",
                    "Time": "a ratio of wall times"}
@@ -59,7 +62,11 @@ class Block:
             name, _, value = part.strip().partition("=")
             if name not in _OPTIONS or not value:
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}; the options are "
-                                 f"`; columns=A,B,...`, `; where=COLUMN:VALUE` and `; table=N`")
+                                 f"`; columns=A,B,...`, `; where=COLUMN:VALUE`, `; except=COLUMN:VALUE` and "
+                                 f"`; table=N`")
+            if name in ("where", "except") and ":" not in value:
+                raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}: expected "
+                                 f"{name}=COLUMN:VALUE")
             if name == "table" and not (value.isdigit() and int(value) >= 1):
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}: N counts the file's "
                                  f"markdown tables from 1")
@@ -98,11 +105,12 @@ def expected_body(root: Path, block: Block) -> str | None:
     if missing:
         raise InputError(f"{block.page}:{block.line}: {block.path} has no column {', '.join(missing)}; "
                          f"its columns: {', '.join(header)}")
-    if "where" in options:
-        column, value = options["where"]
-        if column not in header:
-            raise InputError(f"{block.page}:{block.line}: {block.path} has no column {column}")
-        rows = [r for r in rows if r[header.index(column)] == value]
+    for name, keep in (("where", True), ("except", False)):
+        if name in options:
+            column, value = options[name]
+            if column not in header:
+                raise InputError(f"{block.page}:{block.line}: {block.path} has no column {column}")
+            rows = [r for r in rows if (r[header.index(column)] == value) == keep]
     refuse_machine_columns(block, "| " + " | ".join(columns) + " |\n|---|\n")
     picked = [[row[header.index(c)] for c in columns] for row in rows]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
