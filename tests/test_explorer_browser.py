@@ -20,7 +20,7 @@ from conftest import copy_workflow, edit_params, read_jsonl, snakemake, tiny_par
 pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
-INSTALL = ("apt-get install -y chromium chromium-driver (as root; .ci/run does it) and "
+INSTALL = ("apt-get install -y chromium (as root; .ci/run does it) and "
            "pip install -c constraints.txt -e '.[dev]' (Playwright)")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
