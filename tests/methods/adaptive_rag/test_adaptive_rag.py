@@ -167,9 +167,11 @@ def test_check_params_refuses_what_the_labels_and_the_routing_cannot_agree_on():
     assert refused(lambda d: d["complexity_classifier"]["strategies"].update(B="wo-rag")) == (
         "params.yaml: complexity_classifier.strategies.B: 'wo-rag' is of type 'wo-rag'; strategy B must be a "
         "method of type sr-rag")
-    assert refused(lambda d: d["methods"]["adaptive-rag"].update(single={"top_k": 5})) == (
-        "params.yaml: methods.adaptive-rag.single: answers label B with {'top_k': 5, 'retriever': None}, but the "
-        "classifier's labels come from methods.sr-rag ({'top_k': 3, 'retriever': None}); give both the same settings")
+    assert refused(lambda d: d["methods"]["adaptive-rag"].update(single={"top_k": 5, "prompt_style": "qa-oneshot"})) == (
+        "params.yaml: methods.adaptive-rag.single: answers label B with {'top_k': 5, 'retriever': None, "
+        "'prompt_style': 'qa-oneshot', 'max_new_tokens': 32}, but the classifier's labels come from "
+        "methods.sr-rag-qa ({'top_k': 3, 'retriever': None, 'prompt_style': 'qa-oneshot', 'max_new_tokens': 32}); "
+        "give both the same settings")
     assert refused(lambda d: d.pop("complexity_classifier")) == (
         "params.yaml: methods.sugar-table1--adaptive-rag: runs on demo-single-small read the query-complexity "
         "classifier data/complexity/classifier.safetensors, which only complexity_classifier: trains; configure "
@@ -188,8 +190,9 @@ def test_dvc_stages_own_the_labels_and_the_classifier_and_the_runs_wait_for_it()
     assert labels["outs"] == ["data/complexity/labels.jsonl"] and labels["cmd"].endswith(" complexity_labels")
     assert {"data/splits/demo-calib.jsonl", "data/splits/demo-single-calib.jsonl", "data/index/demo/bm25"} <= set(
         labels["deps"])
-    assert {"complexity_classifier.datasets", "complexity_classifier.strategies", "methods.wo-rag", "methods.sr-rag",
-            "methods.ircot", "datasets.demo-calib", "datasets.demo-single-calib"} <= set(labels["params"])
+    assert {"complexity_classifier.datasets", "complexity_classifier.strategies", "methods.wo-rag-qa",
+            "methods.sr-rag-qa", "methods.ircot-8", "datasets.demo-calib", "datasets.demo-single-calib"} <= set(
+        labels["params"])  # the strategies' rows, under SUGAR's prompt
     assert train["outs"] == ["data/complexity/classifier.safetensors", "data/complexity/classifier.metrics.json"]
     assert train["deps"][0] == "data/complexity/labels.jsonl"
     assert "data/complexity/classifier.safetensors" in stages["ablation_sugar_table1"]["deps"]
