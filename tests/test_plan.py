@@ -1,0 +1,195 @@
+"""`adaptive-rag plan`: a profile's jobs, its work per question read off traces, and its projected hours.
+
+The small profile's numbers are worked out by hand below from a hand-written unit table and counts
+table; the job list is checked against Snakemake's own dry run for every profile in params/."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from adaptive_rag import cli
+from adaptive_rag.calibration import calibrating_types
+from adaptive_rag.config import load_params
+from adaptive_rag.errors import InputError
+from adaptive_rag.planning import counts, units
+from adaptive_rag.planning.counts import RunCounts, Work, question_work, shared_prefix
+from adaptive_rag.planning.jobs import rule_counts, suite_jobs
+from adaptive_rag.planning.plan import CALIBRATION_WORK, budget_scaled, part, project
+
+from conftest import REPO, copy_workflow, planned_jobs
+
+PROFILES = sorted(p.stem for p in (REPO / "params").glob("*.yaml"))
+
+UNITS = {
+    "devices": {"hand": {
+        "device": "cpu", "hardware": "by hand", "threads": 2, "model": "smollm2-135m-instruct", "dtype": "float32",
+        "parameters": 100, "date": "2026-11-28", "commit": "abc1234", "command": "written by hand",
+        "load_average": 0.0,
+        "units": {"process_start_s": 5, "light_job_s": 1, "model_load_s": 2, "materialise_s": 20, "call_s": 0.1,
+                  "prefill_token_s": 0.01, "decode_step_s": {1: 0.5, 2: 0.8, 4: 1.2}, "decode_extras_ratio": 1.5,
+                  "sample_step_s": {10: 1.0}, "ig_point_s": 0.25, "ig_question_tokens": 12, "prefix_tokens": 100,
+                  "retriever_open_s": 3, "search_s": {344: 0.2},
+                  "index_build": [{"passages": 100, "corpus_s": 1, "index_s": 2},
+                                  {"passages": 1000, "corpus_s": 10, "index_s": 20}]}}},
+    "models": {"smollm2-135m-instruct": 100, "big": 1000},
+}
+
+
+def hand_counts() -> list[RunCounts]:
+    """Two measured questions per method on demo-small: wo-rag's second question makes a second call."""
+    wo = (Work(calls=(10,), prefill=20), Work(calls=(30, 5), prefill=50))
+    sr = (Work(calls=(20,), prefill=200, retrievals=1), Work(calls=(40,), prefill=300, retrievals=1))
+    return [RunCounts("tiny@abc1234", "demo-small", "hotpotqa", "wo-rag", "wo-rag", 100, 8, 32, wo),
+            RunCounts("tiny@abc1234", "demo-small", "hotpotqa", "sr-rag", "sr-rag", 100, 8, 32, sr,
+                      hits={"generate": [1, 1]})]
+
+
+def tiny_params(tmp_path: Path) -> Path:
+    """The demo profile cut to wo-rag and SR-RAG on 4 demo-small questions, 2 rows, chunks of 4."""
+    data = yaml.safe_load((REPO / "params" / "demo.yaml").read_text())
+    for key in ("ablations", "detectors", "complexity_classifier"):
+        data.pop(key)
+    data["datasets"]["demo-small"]["sample"]["size"] = 4
+    data["generation"].update(batch_size=2, chunk_size=4)
+    data["experiment"].update(datasets=["demo-small"], methods=["wo-rag", "sr-rag"])
+    for name in ("exemplars", "path"):
+        for ds in data["datasets"].values():
+            ds[name] = str(REPO / ds[name]) if not ds[name].startswith("builtin:") else ds[name]
+    data["corpus"]["passages"] = str(REPO / data["corpus"]["passages"])
+    path = tmp_path / "tiny.yaml"  # a file of no profile: its stem names the builds measured with it
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_small_profile_projects_to_the_hand_computed_cost(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no built split here: the sample's size counts
+    params = load_params(tiny_params(tmp_path))
+    table = units.units_for(UNITS, None, "smollm2-135m-instruct", "cpu")
+    got = project(params, hand_counts(), table, "tiny")
+    # Questions 1, 2, 1, 2 in one chunk of 4, 2 rows. Each model job: process 5 + load 2 + prefix 100 x 0.01 = 8.
+    # wo-rag: call 1 rows' tokens 10, 30, 10, 30: max(80 / 2, 30) = 40 steps x 0.8 + 4 prompts x 0.1;
+    # call 2 (questions 2, 4): 5, 5: max(10 / 2, 5) = 5 steps x 0.8 + 2 x 0.1; prefill 140 x 0.01.
+    wo = 8 + 40 * 0.8 + 0.4 + 5 * 0.8 + 0.2 + 1.4
+    # sr-rag: + retriever 3; tokens 20, 40, 20, 40: max(60, 40) = 60 steps x 0.8 + 0.4; prefill 1000 x 0.01; the
+    # build's measured cache share (1 hit in 2 calls, and this profile runs its methods) halves the work;
+    # 4 searches of 0.2 s on the 344-passage index.
+    sr = 8 + 3 + (60 * 0.8 + 0.4 + 10) * 0.5 + 4 * 0.2
+    # 2 scores, 1 split, the report at 1 s; the bundled model 20 s; corpus and index of 344 passages,
+    # linear between the builds of 100 and 1000: 1 + 9 x 244 / 900 and 2 + 18 x 244 / 900.
+    other = 4 * 1 + 20 + (1 + 9 * 244 / 900) + (2 + 18 * 244 / 900)
+    assert got.groups[("main experiment", "wo-rag")].seconds == pytest.approx(wo + 1)  # + its score job
+    assert got.groups[("main experiment", "sr-rag")].seconds == pytest.approx(sr + 1)
+    assert got.total.seconds == pytest.approx(wo + sr + other) == pytest.approx(121.32)
+    assert got.total.jobs == 9 and got.default.seconds == pytest.approx(got.total.seconds)
+    main = got.groups[("main experiment", "sr-rag")]
+    assert (main.questions, main.prefill, main.decode, main.retrievals, main.cached) == (4, 1000, 120, 4, 2)
+    assert got.groups[("main experiment", "wo-rag")].decode == 90 and got.unpriced == []
+
+    units_file, counts_file = tmp_path / "units.yaml", tmp_path / "counts.jsonl"
+    units_file.write_text(yaml.safe_dump(UNITS))
+    counts.write_table(hand_counts(), counts_file)
+    assert cli.main(["plan", "--params", "tiny.yaml", "--units", str(units_file), "--counts", str(counts_file)]) == 0
+    out = capsys.readouterr().out
+    assert "| sr-rag | 2 | 4 | 1.0k | 120 | 0 | 0 | 4 | 50 % | 0.0117 | 1, 2 |" in out
+    assert "**`snakemake --cores all`: 9 jobs, 0.0337 hours (121 s).**" in out
+    assert "1. measured (tiny@abc1234)" in out and "Units: devices.hand of the unit-cost table: cpu, by hand" in out
+
+
+def test_a_larger_model_and_budget_scale_what_stopped_at_the_budget(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tiny_params(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["model"]["name"] = "big"
+    data["datasets"]["demo-small"]["max_new_tokens"] = 200
+    data["experiment"]["methods"] = ["wo-rag"]
+    path.write_text(yaml.safe_dump(data))
+    cut = RunCounts("other@abc1234", "demo-small", "hotpotqa", "wo-rag", "wo-rag", 100, 8, 32,
+                    (Work(calls=(100,), cut=(0,), prefill=10), Work(calls=(40,), prefill=10)))
+    table = units.units_for(UNITS, "hand", "big", "cuda")
+    got = project(load_params(path), [cut], table, "tiny")
+    # The call cut at budget 100 runs 200 tokens under budget 200; the other keeps its 40. Every per-token
+    # cost is 10 x (1000 / 100 parameters): model load 20, prefix 100 x 0.1, steps x 8 at 2 rows.
+    steps = max(-(-(200 + 40 + 200 + 40) // 2), 200)
+    work = steps * 8 + 4 * 0.1 + 40 * 0.1
+    assert got.groups[("main experiment", "wo-rag")].seconds == pytest.approx(5 + 20 + 10 + work + 1)
+    assert table.scaled and table.scale == 10
+
+
+def test_counts_are_read_off_a_trace():
+    def count(text: str) -> int:
+        return len(text.split())
+
+    trace = {"output": "one two three four", "passages": [{"id": "1"}, {"id": "2"}],
+             "counters": {"generated_tokens": 3 + 2 + 5 + 8 + 4, "retrievals": 1},
+             "steps": [{"phase": "early-detection", "tokens": ["Who", "is"], "fire": True},
+                       {"phase": "look-ahead", "tokens": [["a", 0.9], ["b", 0.8], ["c", 0.1]], "finish": "length",
+                        "retrieved": ["1", "2"]},
+                       {"phase": "regenerate", "tokens": [["d", 0.9], ["e", 0.9]], "finish": "eos"},
+                       {"phase": "step", "text": "five words of greedy text", "finish": "stop",
+                        "samples": ["two words", "four words in all", "x y"]}]}
+    work = question_work(trace, count, own_prompt=7, passage_tokens=10.0, ig_steps=64)
+    # calls: 3 (cut at the budget), 2, 5 re-tokenized, and 4 = 22 - 10 - 8 tokens no step itemises; one
+    # sampling call of 3 rows whose longest has 4 tokens; prefill: 5 calls x 7 + 2 passages x 10 + 4 later
+    # calls x 4 output tokens / 2
+    assert work == Work((3, 2, 5, 4), (0,), ((3, 4),), 8, 5 * 7 + 20 + 8, 1, 64)
+    assert shared_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2 and shared_prefix([[1, 2]]) == 0
+
+
+def test_parts_of_a_questions_work():
+    work = Work((10, 20), (1,), ((10, 8), (10, 6)), 140, 400, 2, 0)
+    assert part(work, "first") == Work((10,), (), ((10, 8),), 70, 200, 0, 0)
+    assert part(work, "samples") == Work((), (), ((10, 8), (10, 6)), 140, 200, 0, 0)
+    assert budget_scaled(work, 100, 50) == Work((10, 10), (1,), work.sets, 140, 400, 2, 0)
+
+
+def test_every_calibrating_type_says_what_its_calibration_runs():
+    assert set(calibrating_types()) <= set(CALIBRATION_WORK)
+
+
+def test_units_refuse_an_unknown_device_or_model():
+    with pytest.raises(InputError, match="--device 'gpu': the unit-cost table measures hand"):
+        units.units_for(UNITS, "gpu", "big", "cpu")
+    with pytest.raises(InputError, match="model.name 'llama': its parameter count is not under models:"):
+        units.units_for(UNITS, None, "llama", "cpu")
+    assert units.interpolate({1: 0.5, 2: 0.8, 4: 1.2}, 3) == pytest.approx(1.0)
+    assert units.interpolate({1: 0.5, 2: 0.8, 4: 1.2}, 8) == pytest.approx(2.0)  # the last segment's line
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_profile_plans_with_the_committed_tables(name, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert cli.main(["plan", "--profile", name]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# Plan: params/{name}.yaml\n") and "**Suite (`all` and `ablations`): " in out
+    jobs = len(suite_jobs(load_params(REPO / "params" / f"{name}.yaml")))
+    assert f"{jobs} jobs, " in out.split("**Suite")[1]
+
+
+def test_the_committed_tables_load():
+    table = units.load_table()
+    assert all({"hardware", "date", "commit", "command", "units"} <= set(e) for e in table["devices"].values())
+    runs = counts.load_table()
+    assert {r.type for r in runs} >= {"wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin"}
+    assert all(len(r.questions) > 0 and "@" in r.source for r in runs)
+
+
+@pytest.mark.slow  # a Snakemake dry run per profile
+@pytest.mark.parametrize("name", PROFILES)
+def test_the_plans_jobs_are_snakemakes(name, tmp_path):
+    work = tmp_path / "work"
+    copy_workflow(work)
+    shutil.copy(REPO / "params" / f"{name}.yaml", work / "params.yaml")
+    params = load_params(work / "params.yaml")
+    if any(ds.path.startswith("../shared/") for ds in params.datasets.values()):
+        if not (REPO.parent / "shared").is_dir():
+            pytest.skip("../shared/data is not beside this checkout")
+        (tmp_path / "shared").symlink_to(REPO.parent / "shared")
+    for ds in params.datasets.values():  # exemplars the user writes (the reference profile's)
+        if not ds.exemplars.startswith("builtin:") and not (work / ds.exemplars).exists():
+            (work / ds.exemplars).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / "data/demo/exemplars.json", work / ds.exemplars)
+    assert rule_counts(suite_jobs(params)) == planned_jobs(work, "all", "ablations")
