@@ -47,6 +47,7 @@ rule all:
     default_target: True
     input:
         rules.report.output,
+        rules.explorer.input,
 
 
 # Named targets for partial runs and for the coarse DVC stages (dvc.yaml calls these).
@@ -83,5 +84,6 @@ rule scores:
 rule report_all:
     input:
         rules.report.output,
+        rules.explorer.input,  # the trace explorer, one page per experiment dataset
         [path for path in expand(f"{ABLATION_PREFIX}.png", ablation=list(P.ablations)) if os.path.exists(path)],
         [path for path in DETECTOR_REPORTS if os.path.exists(path)],  # DioR's detector figures and table, once built

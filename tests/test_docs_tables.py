@@ -7,7 +7,7 @@ fails with the command that rewrites it (`adaptive-rag docs-tables`)."""
 import pytest
 
 from adaptive_rag.errors import InputError
-from adaptive_rag.reports.docs_tables import blocks, expected_body, pages, sync
+from adaptive_rag.reports.docs_tables import blocks, expected_body, pages, refuse_machine_columns, sync
 
 from conftest import REPO
 
@@ -17,6 +17,30 @@ BLOCKS = [block for page in pages(REPO) for block in blocks(page)]
 def test_the_docs_cite_built_tables():
     assert {b.path for b in BLOCKS} >= {"reports/tables/quality.md", "reports/tables/cost.md"}
     assert any(b.page.name == "README.md" for b in BLOCKS)  # the README's headline table is one of them
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.name}:{b.line}:{b.path}" for b in BLOCKS])
+def test_no_cited_table_shows_a_column_the_machine_decides(block):
+    """Wall times and call-cache hits differ on every machine and cache: a fresh build could never equal
+    them, so the docs cite only what params.yaml decides (checked whether or not the file is built)."""
+    refuse_machine_columns(block, block.body)
+
+
+def test_a_block_showing_wall_times_or_cache_hits_is_refused_naming_the_column(tmp_path):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports/cost.md").write_text("| method | N_R | s/question | cached calls |\n|---|---|---|---|\n"
+                                              "| flare | 1.50 | 0.81 | 12 |\n")
+    page = tmp_path / "page.md"
+    page.write_text("<!-- table: reports/cost.md -->\n<!-- /table -->\n")
+    [whole] = blocks(page)
+    with pytest.raises(InputError, match=r"page.md:1: cites s/question, cached calls of reports/cost.md: wall time; "
+                                         r"the call cache's hits, set by the machine"):
+        expected_body(tmp_path, whole)
+    page.write_text("<!-- table: reports/cost.md; columns=method,s/question -->\n<!-- /table -->\n")
+    with pytest.raises(InputError, match="cites s/question of reports/cost.md"):
+        expected_body(tmp_path, blocks(page)[0])
+    page.write_text("<!-- table: reports/cost.md; columns=method,N_R -->\n<!-- /table -->\n")
+    assert expected_body(tmp_path, blocks(page)[0]) == "| method | N_R |\n|---|---|\n| flare | 1.50 |\n"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.page.name}:{b.line}:{b.path}" for b in BLOCKS])
@@ -62,6 +86,12 @@ def test_a_block_may_cut_the_first_table_to_some_columns_and_rows(tmp_path):
     assert sync(tmp_path, [page], check=False)[0] == ["page.md:1 t.md"]
     assert page.read_text() == ("<!-- table: t.md; columns=method,EM; where=dataset:b -->\n| method | EM |\n|---|---|\n"
                                 "| x | 0.2 |\n| y | 0.3 |\n<!-- /table -->\n")
+    page.write_text("<!-- table: t.md; columns=dataset,EM; except=method:x -->\n<!-- /table -->\n")
+    sync(tmp_path, [page], check=False)
+    assert "| dataset | EM |\n|---|---|\n| b | 0.3 |\n" in page.read_text()  # every row but method x's
+    page.write_text("<!-- table: t.md; columns=dataset,EM; where=dataset -->\n<!-- /table -->\n")
+    with pytest.raises(InputError, match="page.md:1: table option 'where=dataset': expected where=COLUMN:VALUE"):
+        sync(tmp_path, [page], check=True)
     page.write_text("<!-- table: t.md; columns=method,F1 -->\n<!-- /table -->\n")
     with pytest.raises(InputError, match="page.md:1: t.md has no column F1; its columns: dataset, method, EM"):
         sync(tmp_path, [page], check=True)

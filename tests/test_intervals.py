@@ -200,7 +200,8 @@ def test_ablations_without_a_declared_baseline_compare_with_their_wo_rag_row(bas
     params = parse_params(base)
     ablation = params.ablations["seakr-table1"]
     assert ablation.baseline is None and ablation.compare_to == "seakr-table1--wo-rag"
-    assert params.ablations["sugar-table1"].compare_to == "sugar-table1--wo-rag"
+    # SUGAR's table compares with its own no-retrieval row, under SUGAR's prompt
+    assert params.ablations["sugar-table1"].compare_to == "sugar-table1--wo-rag-qa"
     assert params.ablations["word-significance"].compare_to is None
     paths = [score_file(tmp_path / f"{k}.json", "demo-small", v.method, [float(k % 2)] * 4)
              for k, v in enumerate(ablation.variants)]

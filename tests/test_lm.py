@@ -87,6 +87,27 @@ def test_stop_strings_cut_text_and_tokens(lm):
     assert "".join(cut.tokens).startswith(cut.text)
 
 
+def test_a_continuation_that_keeps_no_token_reports_the_likelihood_of_the_token_that_ended_it(lm):
+    """`Extras(end_logprob=True)`: a stop string at the very first token leaves no text and no token; the
+    log-probability of that first token is reported (SUGAR's empty answers); a kept token reports none."""
+    from adaptive_rag.lm.base import Extras
+
+    prompt = build_prompt("raw", EXEMPLARS, QUESTIONS[1])
+    (free,) = lm.generate([prompt], 4)
+    first = free.tokens[0]
+    assert first.strip(), "the tiny model's first token must write text for this test"
+    (cut,) = lm.generate([prompt], 4, stop=[first], extras=Extras(end_logprob=True))
+    assert (cut.text, cut.tokens, cut.logprobs) == ("", [], [])
+    assert cut.end_logprob == pytest.approx(free.logprobs[0], abs=1e-5)
+    (unasked,) = lm.generate([prompt], 4, stop=[first])
+    assert unasked.end_logprob is None
+    (kept,) = lm.generate([prompt], 4, extras=Extras(end_logprob=True))
+    assert kept.tokens and kept.end_logprob is None
+    [sampled] = lm.sample_batch([prompt], SamplingParams(n=2, seed=3), 4, stop=[" ", first, "\n"],
+                                extras=Extras(end_logprob=True))
+    assert all(c.end_logprob is not None for c in sampled.samples if not c.tokens)
+
+
 def test_sampling_repeats_with_its_seed(lm):
     prompt = build_prompt("chat", EXEMPLARS, QUESTIONS[0])
     params = SamplingParams(n=3, seed=11, temperature=1.0, top_k=50, top_p=0.9)

@@ -34,7 +34,7 @@ def test_profile_command_installs_a_profile_and_rejects_unknown_ones(tmp_path):
     cli = [sys.executable, "-m", "adaptive_rag"]
     installed = run([*cli, "profile", "paper"], tmp_path)
     assert (tmp_path / "params.yaml").read_text() == (REPO / "params" / "paper.yaml").read_text()
-    assert "dvc.yaml: 53 stages written from params.yaml" in installed.stdout  # the stages follow the profile
+    assert "dvc.yaml: 54 stages written from params.yaml" in installed.stdout  # the stages follow the profile
     check_current(load_params(tmp_path / "params.yaml"), tmp_path / "dvc.yaml")
     result = run([*cli, "profile", "laptop"], tmp_path, check=False)
     assert result.returncode == 2 and "no profile 'laptop' in params/; available: demo, dior, paper, reference, scaar, seakr, self-rag, shared, sugar" in result.stderr
@@ -165,7 +165,8 @@ def test_sugar_profile_has_the_papers_settings():
         assert p.method("sugar").settings_for(name)["calibration_dataset"] == "{dataset}-calib"
     ablations = p.ablations
     assert ablations["sugar-table1"].datasets == SUGAR_SINGLE and ablations["sugar-table2"].datasets == SUGAR_MULTI
-    assert ablations["sugar-table1"].time_baseline == "sugar-single-step"  # SUGAR's own single step
+    # the Single-step row is SUGAR's own single step (its one-shot prompt): the Time baseline, a row of the table
+    assert ablations["sugar-table1"].time_baseline == "sugar-table1--sr-rag-qa"
     assert ablations["sugar-signal"].datasets == ["triviaqa", "squad"]
     signal = {v.base: p.method(v.method).settings for v in ablations["sugar-signal"].variants
               if v.base.startswith("sugar")}
@@ -190,11 +191,11 @@ def test_sugar_profile_plans_calibrations_tables_and_figure(tmp_path):
             if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job")}
     # 10 splits (5 evaluated, 5 calibration); one calibration per SUGAR configuration and dataset (Tables I
     # 3, II 2, III 3 x 2, Figure 2's runs 5) and per dataset of Table I's Adaptive Retrieval row (3); 35 runs
-    # and the Time baseline's 5, Table I's Adaptive-RAG and Adaptive Retrieval rows on its 3 datasets and the
-    # 15 runs the labels read (3 strategies x 5 calibration splits); the corpus-frequency popularity of
-    # Table I's 3 datasets and their calibration splits; three tables and the figure; the labels and the
-    # classifier
-    assert jobs["split"] == 10 and jobs["calibrate"] == 16 + 3 and jobs["generate"] == 40 + 3 + 3 + 15
+    # (the Time baseline sr-rag-qa is one of their rows), Table I's Adaptive-RAG and Adaptive Retrieval rows
+    # on its 3 datasets and the 15 runs the labels read (3 strategies x 5 calibration splits); the
+    # corpus-frequency popularity of Table I's 3 datasets and their calibration splits; three tables and the
+    # figure; the labels and the classifier
+    assert jobs["split"] == 10 and jobs["calibrate"] == 16 + 3 and jobs["generate"] == 35 + 3 + 3 + 15
     assert jobs["popularity"] == 6
     assert jobs["dense_index"] == 1 and jobs["ablation"] == 3 and jobs["sugar_entropy_levels"] == 1
     assert jobs["complexity_labels"] == 1 and jobs["train_complexity_classifier"] == 1
@@ -209,7 +210,7 @@ def test_shared_profile_plans_four_datasets(tmp_path):
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)  # the profile reads ../shared/data
     shutil.copy(REPO / "params" / "shared.yaml", dest / "params.yaml")
     assert planned_jobs(dest) == {"model": 1, "corpus": 1, "index": 1, "split": 4, "generate": 24, "score": 24,
-                                  "report": 1, "all": 1}
+                                  "report": 1, "explorer_page": 4, "all": 1}
 
 
 class _ArchiveHandler(http.server.BaseHTTPRequestHandler):

@@ -36,6 +36,32 @@ def test_skip_takes_the_next_items_of_the_same_order():
     assert sample(items, None, seed=7, skip=90) == whole[90:]
 
 
+def test_disjoint_from_leaves_out_another_seeds_sample_before_drawing():
+    """A second split drawn with seed 1 shares no question with the seed-0 20-sample it names."""
+    items = list(range(100))
+    first = sample(items, 20, seed=0)
+    second = sample(items, 20, seed=1, disjoint_from=(0, 20))
+    assert not set(first) & set(second) and len(set(second)) == 20
+    # the seed-1 order with the first sample's questions taken out: the same relative order
+    assert second == [i for i in sample(items, None, seed=1) if i not in set(first)][:20]
+    assert set(sample(items, 20, seed=1)) & set(first)  # without it the two seeds' samples overlap here
+
+
+def test_disjoint_from_is_read_from_params_and_left_out_of_keys_while_unset():
+    from adaptive_rag.config import dataset_settings, load_params, parse_params
+
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert "disjoint_from" not in dataset_settings(load_params(REPO / "params.yaml").dataset("demo"))["sample"]
+    data["datasets"]["demo"]["sample"] = {"mode": "random", "size": 8, "seed": 1,
+                                          "disjoint_from": {"seed": 0, "size": 16}}
+    params = parse_params(data)
+    assert params.dataset("demo").sample.disjoint_from == (0, 16)
+    assert dataset_settings(params.dataset("demo"))["sample"]["disjoint_from"] == (0, 16)
+    data["datasets"]["demo"]["sample"]["mode"] = "first"
+    with pytest.raises(Exception, match="disjoint_from: leaves out a random sample's questions"):
+        parse_params(data)
+
+
 def test_skip_beyond_the_items_gives_nothing():
     assert sample(list(range(10)), None, seed=7, skip=10) == []
     assert sample(list(range(10)), 5, seed=7, skip=12) == []

@@ -170,6 +170,7 @@ def seq2seq_params(**model):
         del data["methods"][name]
     data.pop("ablations")
     data.pop("detectors")
+    data.pop("complexity_classifier")  # its strategies name rows (wo-rag-qa, ...) removed above
     data["experiment"]["methods"] = ["wo-rag", "flare"]
     return data
 

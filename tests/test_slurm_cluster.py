@@ -188,9 +188,9 @@ def test_a_job_over_its_memory_request_is_killed_and_the_messages_name_the_rule_
 
 
 def test_ci_and_the_docs_install_the_packages_the_cluster_needs():
-    """.ci/run installs what tests/slurm_cluster.py needs (and openssh-server for tests/test_dvc_ssh.py), and
-    the docs tell a person the same."""
+    """.ci/run installs what tests/slurm_cluster.py needs (and openssh-server for tests/test_dvc_ssh.py,
+    chromium for tests/test_explorer_browser.py), and the docs tell a person the same."""
     ci = (REPO / ".ci/run").read_text()
-    assert f'DEBIAN_PACKAGES="{DEBIAN_PACKAGES} openssh-server"' in ci
-    assert f"apt-get install {DEBIAN_PACKAGES} openssh-server" in (REPO / "docs/development.md").read_text()
+    assert f'DEBIAN_PACKAGES="{DEBIAN_PACKAGES} openssh-server chromium"' in ci
+    assert f"apt-get install {DEBIAN_PACKAGES} openssh-server chromium" in (REPO / "docs/development.md").read_text()
     assert f"apt-get install {DEBIAN_PACKAGES}\n" in (REPO / "docs/scale-out.md").read_text()

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 def test_dry_run_plans_the_full_dag(tmp_path):
     copy_workflow(tmp_path)
     assert planned_jobs(tmp_path) == {
-        "model": 1, "corpus": 1, "index": 1, "split": 2, "generate": 12, "score": 12, "report": 1, "all": 1,
+        "model": 1, "corpus": 1, "index": 1, "split": 2, "generate": 12, "score": 12, "report": 1,
+        "explorer_page": 2, "all": 1,
     }
 
 
@@ -70,8 +71,8 @@ def test_cli_reports_user_errors_without_traceback(tmp_path):
         "error: unknown method 'flair'; params.yaml defines: wo-rag, sr-rag, fl-rag, fs-rag, ircot, flare, dragin, "
         "dragin-code, flare-word, flare-code, origin-currsent, attn-realwords, scaar, seakr, seakr-simple, sugar, "
         "dior, dior-context, dior-context-wo-ed, dior-wo-ed, dior-wo-rd, dior-wo-pre, dior-wo-post, "
-        "dior-dragin-prompt, radio, sugar-mean, sugar-pe-mean, sugar-pe-se, sugar-single-step, adaptive-rag, "
-        "adaptive-retrieval (and 130 ablation variants, `<ablation>--<values>`)")
+        "dior-dragin-prompt, radio, sugar-mean, sugar-pe-mean, sugar-pe-se, wo-rag-qa, sr-rag-qa, ircot-8, "
+        "adaptive-rag, adaptive-retrieval (and 132 ablation variants, `<ablation>--<values>`)")
     result = run([*cli, "split", "--dataset", "demo", "--out", "s.jsonl"], tmp_path / "data", check=False)
     assert result.returncode == 2 and "params file not found: params.yaml" in result.stderr
     (tmp_path / "data" / "demo" / "hotpot_demo.json").unlink()
@@ -137,7 +138,8 @@ def test_snakemake_outputs_are_recorded_for_dvc_without_recomputing_and_pulled_i
     reports = sorted(str(p.relative_to(sm)) for p in (sm / "reports").rglob("*") if p.is_file())
     assert reports == sorted([
         *(f"reports/ablations/sr-topk.{suffix}" for suffix in ("csv", "md", "png", "tex", "html")),
-        "reports/figures/retrievals.png", "reports/figures/scores.png", "reports/params.yaml",
+        "reports/explorer/demo-single.html", "reports/explorer/demo.html",
+        "reports/figures/retrievals.png", "reports/figures/scores.png", "reports/figures/scores.svg", "reports/params.yaml",
         *(f"reports/tables/{table}.{suffix}" for table in ("quality", "cost") for suffix in ("md", "html", "tex")),
         "reports/tables/retrievals.csv", "reports/tables/retrievals.md", "reports/tables/retrievals.html",
         "reports/tables/scores.csv"])
@@ -191,7 +193,8 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     # A second run has nothing to do; a method's setting reruns only what depends on it.
     assert planned_jobs(sm) == {}
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=2))
-    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "all": 1}  # sr-rag on each dataset
+    assert planned_jobs(sm) == {"generate": 2, "score": 2, "report": 1, "explorer_page": 2,
+                                "all": 1}  # sr-rag on each dataset
     first = (sm / "data/runs/demo/sr-rag/predictions.jsonl").read_bytes()
     edit_params(sm, lambda d: d["methods"]["sr-rag"].update(top_k=3))
     snakemake(sm, "--forcerun", "generate")
@@ -206,10 +209,12 @@ def test_snakemake_end_to_end_is_incremental_and_dvc_reproduces_it(built_workflo
     snakemake(sm, "ablation_word_significance")
     report, seconds = build_html_report(sm, "report_all")
     print(f"report_all: HTML report built in {seconds:.1f} s")
-    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals", "configuration"},
+    assert_report_shows_every_output(sm, report, {"Main experiment": {"scores", "retrievals", "configuration",
+                                                                      "explorer"},
                                                   "Ablations": {"word-significance", "sr-topk"}})
     assert set(report["inline"]) == {"reports/tables/quality.html", "reports/tables/cost.html",
-                                     "reports/tables/retrievals.html", "reports/ablations/sr-topk.html"}
+                                     "reports/tables/retrievals.html", "reports/ablations/sr-topk.html",
+                                     "reports/explorer/demo.html", "reports/explorer/demo-single.html"}
     assert "<dt>N_R</dt>" in report["inline"]["reports/tables/cost.html"]  # the glossary is shown too
     # the front page prints the resolved settings: the tiny params, and a default params.yaml leaves out
     assert "name: tiny\n" in report["configuration"] and "max_new_tokens: 6\n" in report["configuration"]
@@ -346,7 +351,7 @@ def test_seakr_calibrates_on_its_own_split_and_its_ablation_variants_share_the_c
 def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_two(tiny_llama_dir, tmp_path):
     """SUGAR end to end on the tiny Llama (`judge: match`, call cache off): `thresholds: calibrated | mean`
     plan one calibration on demo-calib per configuration before its run; Table III's table has Time
-    relative to SUGAR's own single-step branch (`sugar-single-step`, run beside it), and Figure 2 is drawn
+    relative to its Single-step row (`sr-rag-qa`, SUGAR's own single-step branch), and Figure 2 is drawn
     from the runs' traces."""
     import json
 
@@ -394,10 +399,10 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
     header = table[0].split(",")
     assert "time_rel" in header and len(table) == 1 + 5
     time_rel = {row.split(",")[1]: row.split(",")[header.index("time_rel")] for row in table[1:]}
-    assert set(time_rel) == {"wo-rag", "sr-rag", "sugar-pe-mean (judge: match)", "sugar-pe-se (judge: match)",
+    assert set(time_rel) == {"wo-rag-qa", "sr-rag-qa", "sugar-pe-mean (judge: match)", "sugar-pe-se (judge: match)",
                              "sugar-mean (judge: match)"}
     assert all(time_rel.values())  # every run made all of its calls
-    assert (tmp_path / "data/runs/demo-small/sugar-single-step/predictions.jsonl").is_file()
+    assert float(time_rel["sr-rag-qa"]) == 1.0  # the baseline is a row: its Time is visible
     figure = (tmp_path / "reports/ablations/sugar-entropy.csv").read_text().splitlines()
     assert figure[0].startswith("dataset,method,id,se,pe") and len(figure) == 1 + 2
     assert (tmp_path / "reports/ablations/sugar-entropy.png").read_bytes()[:4] == b"\x89PNG"
@@ -406,4 +411,4 @@ def test_sugar_calibrates_each_configuration_and_builds_table_three_and_figure_t
     assert_report_shows_every_output(tmp_path, report, {"SUGAR": {"sugar-signal", "sugar-entropy"}})
     caption = re.sub(r"<[^>]+>", "", report["results"]["reports/ablations/sugar-signal.md"]["caption"])
     assert "an ablation of 5 variants" in caption
-    assert "time_rel (mean wall time per question over sugar-single-step" in caption
+    assert "time_rel (mean wall time per question over that of sr-rag-qa (a row of this table: its own reads 1)" in caption

@@ -19,7 +19,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .config import as_dict, load_params
+from .config import dataset_settings, load_params
 from .errors import AdaptiveRagError, ConfigError, InputError
 from .live_progress import HEARTBEAT_S
 
@@ -36,6 +36,11 @@ def cmd_check_params(args) -> None:
           f"{named} named + {len(params.methods) - named} ablation variants of {len(params.ablations)} "
           f"ablations; experiment: {', '.join(params.experiment_datasets)} x "
           f"{', '.join(params.experiment_methods)})")
+    from .row_setups import differences
+
+    for ablation in params.ablations.values():  # a table whose rows differ in more than it varies measures both
+        for line in differences(params, ablation) if ablation.variants else ():
+            print(f"warning: {line}", file=sys.stderr)
 
 
 PROFILES_DIR = Path("params")
@@ -216,7 +221,7 @@ def cmd_split(args) -> None:
     ds = params.dataset(args.dataset)
     examples = load_dataset(ds.format, ds.path)
     cfg = ds.sample
-    left = len(examples) - cfg.skip
+    left = len(examples) - cfg.skip - (min(cfg.disjoint_from[1], len(examples)) if cfg.disjoint_from else 0)
     after_skip = f", {max(left, 0)} after sample.skip {cfg.skip}" if cfg.skip else ""
     if cfg.size is not None and cfg.size > left:
         raise InputError(f"datasets.{ds.name}.sample.size is {cfg.size} but {ds.path} has only "
@@ -224,12 +229,12 @@ def cmd_split(args) -> None:
     if left < 1 and cfg.skip:  # an empty split would fail only later, when each of its runs is scored
         raise InputError(f"datasets.{ds.name}.sample.skip is {cfg.skip} but {ds.path} has only "
                          f"{len(examples)} questions: the split would be empty")
-    chosen = sample(examples, cfg.size, cfg.seed, cfg.mode, cfg.skip)
+    chosen = sample(examples, cfg.size, cfg.seed, cfg.mode, cfg.skip, cfg.disjoint_from)
     out = Path(args.out)
     write_jsonl(out, (e.to_dict() for e in chosen))
     write_json(out.with_suffix(".meta.json"), {
         "dataset": ds.name, "source": ds.path, "source_sha256": sha256_file(ds.path),
-        "source_questions": len(examples), "sample": as_dict(cfg), "questions": len(chosen),
+        "source_questions": len(examples), "sample": dataset_settings(ds)["sample"], "questions": len(chosen),
     })
     print(f"split {ds.name}: {len(chosen)} of {len(examples)} questions -> {out}")
 
@@ -262,6 +267,11 @@ def cmd_ask(args) -> None:
     from .ask import ask
 
     asked = ask(_params(args), args.question, args.method, args.dataset)
+    if args.html:
+        from .reports.explorer import write_asked
+
+        write_asked(asked, Path(args.html))
+        print(f"wrote {args.html}", file=sys.stderr)
     if args.json:
         from .io import dumps_line
 
@@ -270,6 +280,23 @@ def cmd_ask(args) -> None:
     from .reports.steps import render
 
     print(render(asked), end="")
+
+
+def cmd_explorer(args) -> None:
+    """One page of the trace explorer for runs of one dataset (the workflow's `explorer` rule)."""
+    from .reports.explorer import write_explorer
+
+    collection = args.corpus
+    if collection is None:
+        default = Path(_params(args).corpus_dir)
+        collection = default if default.is_dir() else None
+    command = "adaptive-rag explorer --runs " + " ".join(args.runs) + f" --out {args.out}" + \
+        (f" --corpus {collection}" if collection else "")
+    data = write_explorer(args.runs, Path(args.out), collection, args.start - 1, command)
+    sizes = ", ".join(f"{r['method']} {r['bytes'] / 1000:.1f} kB" for r in data["runs"])
+    print(f"explorer {data['dataset']}: questions {data['start']}-{data['end']} of {data['total']} "
+          f"({sizes}; cap {data['cap'] / 1000:.0f} kB per run) -> {args.out} "
+          f"({Path(args.out).stat().st_size / 1000:.1f} kB)")
 
 
 def cmd_score(args) -> None:
@@ -299,8 +326,8 @@ def cmd_report(args) -> None:
     written = [*write_tables([quality], Path(args.quality), "Answer quality"),
                *write_tables([cost], Path(args.cost), "Cost")]
     write_csv(frame, Path(args.table_csv))
-    plot_scores(frame, Path(args.figure), params.report.confidence)
-    written += [Path(args.table_csv), Path(args.figure)]
+    plot_scores(frame, Path(args.figure), params.report.confidence, Path(args.figure_svg) if args.figure_svg else None)
+    written += [Path(args.table_csv), Path(args.figure), *([Path(args.figure_svg)] if args.figure_svg else [])]
     if args.retrievals or args.retrievals_figure:
         long = retrieval_distribution(paths, params)
         if args.retrievals:
@@ -704,6 +731,19 @@ def build_parser() -> argparse.ArgumentParser:
                                                                 "also accepted before `ask`)")
     p.add_argument("--json", action="store_true", help="print the question's trace record (a trace.jsonl line) "
                                                        "instead of the steps")
+    p.add_argument("--html", metavar="FILE", help="also write the question as the HTML report's trace explorer "
+                                                  "shows it (one offline page) to FILE")
+    p = step("explorer", cmd_explorer, "the trace explorer of runs of one dataset: one offline HTML page with "
+                                       "every question's steps (text shaded by the trigger's scores, the fired "
+                                       "sentence, queries, passages), filters, search and two runs side by side")
+    p.add_argument("--runs", nargs="+", required=True, metavar="DIR", help="run directories of the generate step "
+                                                                           "(data/runs/<dataset>/<method>), one dataset")
+    p.add_argument("--out", required=True, help="the page to write (HTML)")
+    p.add_argument("--corpus", help="the corpus step's JsonCollection, for the passages' text (default: "
+                                    "data/corpus/<corpus.name> when built)")
+    p.add_argument("--start", type=int, default=1, metavar="N", help="the first question of the page (1-based, in "
+                                                                      "the runs' order; default 1): a page holds "
+                                                                      "as many as each run's size cap allows")
     p = step("score", cmd_score, "score one run's predictions (EM, F1, precision, recall)")
     p.add_argument("--dataset", required=True, help="the run's dataset (recorded in the score file)")
     p.add_argument("--method", required=True, help="the run's method configuration (recorded in the score file)")
@@ -723,6 +763,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--table-csv", required=True, help="every column of both tables, one number per column")
     p.add_argument("--figure", required=True, help="EM and F1 per method with intervals, and their difference "
                                                    "from the baseline (PNG)")
+    p.add_argument("--figure-svg", metavar="F", help="the same figure as SVG (the HTML report's front page draws it)")
     p.add_argument("--retrievals", metavar="PREFIX", help="questions per number of retrievals: PREFIX.md, "
                                                           "PREFIX.html and PREFIX.csv")
     p.add_argument("--retrievals-figure", help="the same distribution as a bar chart")

@@ -168,6 +168,9 @@ class SampleConfig:
     size: int | None
     seed: int
     skip: int  # leading items of the order dropped: a split disjoint from a smaller one of the same seed
+    # (seed, size): leave out the questions a `random` sample of that seed and size takes, so a split drawn
+    # with another seed shares none with it (None: nothing left out; then absent from every key)
+    disjoint_from: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -409,6 +412,11 @@ class Params:
         """Where the `model` step materialises `model.source`."""
         return f"data/models/{self.model.name}"
 
+    @property
+    def corpus_dir(self) -> str:
+        """Where the `corpus` step writes the JsonCollection of `corpus.passages`."""
+        return f"data/corpus/{self.corpus.name}"
+
     def index_dir(self, kind: str) -> str:
         """Where the workflow builds the `kind` (bm25 | dense | dense:<name>) index of the corpus: a
         named encoder's index is `dense-<name>`, beside the others."""
@@ -476,11 +484,20 @@ def _method_key(cls, cfg: MethodConfig) -> dict:
     return record
 
 
+def dataset_settings(ds: DatasetConfig) -> dict:
+    """A dataset's settings as plain data, `sample.disjoint_from` left out while unset (so splits and
+    runs made before it existed keep their key): the split rule's params and the runs' key."""
+    record = as_dict(ds)
+    if record["sample"]["disjoint_from"] is None:
+        del record["sample"]["disjoint_from"]
+    return record
+
+
 def _dataset_key(ds: DatasetConfig) -> dict:
     """A dataset as its runs' key records it: the template only when it is not the project's own (so
     runs built before templates existed keep their key), and then with its content, so that editing
     the template file reruns what used it (it is not a file input of the generate rule)."""
-    record = as_dict(ds)
+    record = dataset_settings(ds)
     del record["template"]
     if ds.template is not None:
         record["template"] = {"spec": ds.template, "content": load_template(ds.template).data}
@@ -685,6 +702,7 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
         size=sample.int("size", None, minimum=1, allow_none=True),
         seed=sample.seed("seed", 0),
         skip=sample.int("skip", 0, minimum=0),
+        disjoint_from=_disjoint_from(sample),
     )
     sample.done()
     cfg = DatasetConfig(
@@ -704,6 +722,18 @@ def _dataset(name: str, s: Section) -> DatasetConfig:
             raise s.fail("exemplars", str(exc)) from None
     s.done()
     return cfg
+
+
+def _disjoint_from(sample: Section) -> tuple[int, int] | None:
+    """`disjoint_from: {seed: S, size: N}`: the random sample this one must share no question with."""
+    if sample.raw("disjoint_from", None) is None:
+        return None
+    if sample.data.get("mode", "random") != "random":
+        raise sample.fail("disjoint_from", "leaves out a random sample's questions; it needs mode: random")
+    other = sample.section("disjoint_from")
+    pair = (other.seed("seed"), other.int("size", minimum=1))
+    other.done()
+    return pair
 
 
 def _template(s: Section) -> str | None:

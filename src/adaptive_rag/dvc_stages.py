@@ -81,9 +81,11 @@ DETECTOR_TABLE = tuple(f"reports/ablations/dior-detectors.{suffix}" for suffix i
 # What `rule report` (workflow/rules/report.smk) writes.
 REPORT_FILES = (*(f"reports/tables/{table}.{suffix}" for table in ("quality", "cost")
                   for suffix in ("md", "html", "tex")),
-                "reports/tables/scores.csv", "reports/figures/scores.png",
+                "reports/tables/scores.csv", "reports/figures/scores.png", "reports/figures/scores.svg",
                 *(f"reports/tables/retrievals.{suffix}" for suffix in ("md", "html", "csv")),
                 "reports/figures/retrievals.png", "reports/params.yaml")
+# What `rule explorer_page` (workflow/rules/report.smk) writes, per experiment dataset.
+EXPLORER_PAGE = "reports/explorer/{dataset}.html"
 # The sections `reports/params.yaml` shows besides the experiment's own keys (`reports.resolved`): the
 # report rule reruns when any of them changes, and so does the DVC stage.
 SHOWN_SECTIONS = ("seed", "model", "corpus", "retrieval", "generation")
@@ -272,6 +274,11 @@ def build_stages(params) -> dict[str, dict]:
         stages.add("report", _stage("report", [run_dir(d, m) for d, m in b.experiment] + CODE["report"],
                                     b.keys(report_keys),
                                     [score_file(d, m) for d, m in b.experiment] + list(REPORT_FILES)))
+        # the trace explorer reads the runs and the corpus (the passages' text), nothing of params.yaml
+        # but which runs it shows
+        stages.add("explorer", _stage("explorer", [run_dir(d, m) for d, m in b.experiment]
+                                      + [p.corpus_dir, f"{SRC}/reports"], b.keys(["experiment"]),
+                                      [EXPLORER_PAGE.format(dataset=d) for d in p.experiment_datasets]))
     for ablation in p.ablations.values():
         stages.add(ablation_rule(ablation.name), _ablation_stage(b, ablation))
     if p.detectors is not None:

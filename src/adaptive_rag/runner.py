@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import provenance
-from .config import Params, as_dict
+from .config import Params, as_dict, dataset_settings
 from .data.datasets import Example
 from .errors import InputError
 from .evaluation.answer import predicted
@@ -104,7 +104,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
             "git": provenance.git_state(), "versions": provenance.package_versions(), "host": provenance.host(),
             "seeds": {"global": params.seed, "sample": ds.sample.seed},
             "params": {"model": as_dict(params.model), "generation": as_dict(params.generation),
-                       "dataset": as_dict(ds), "method": {"name": method, "type": mcfg.type, "settings": settings},
+                       "dataset": dataset_settings(ds), "method": {"name": method, "type": mcfg.type, "settings": settings},
                        "retrieval": as_dict(params.retrieval)},
             "model": lm.identity() if lm is not None else _model_identity(params, model_dir),
             "index": retriever.identity() if retriever else None,

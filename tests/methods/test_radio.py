@@ -118,9 +118,33 @@ def test_rind_judges_the_whole_lookahead_and_fires_at_its_last_sentence():
     assert code.detect(None, la, first).fire is False and code.detect(None, la, first).units == []
     fired = code.detect(None, la, last)
     assert [u.text for u in fired.units] == ["Rome", "is", "old", ".", "It", "is", "big", "."]
-    assert fired.scores == pytest.approx(TWO_ENTROPIES) and fired.flagged == [0] and fired.fire
+    # fires on " Rome" (RIND 2 > 1); the code's filter then reads the real words of the fired (last)
+    # sentence "It is big." alone ({"big"}), which " Rome" does not hold: its flag is cleared
+    assert fired.scores == pytest.approx(TWO_ENTROPIES) and fired.flagged == [] and fired.fire
+    assert radio(real_word_match="overlap").detect(None, la, last).flagged == [0]  # a real word of the span
     per_sentence = radio(rind_span="sentence").detect(None, la, first)
     assert [u.text for u in per_sentence.units] == ["Rome", "is", "old", "."] and per_sentence.flagged == [0]
+
+
+@pytest.mark.parametrize("real, pieces, over, kept", [
+    # "Idris Inchcombe was born in 1720." parsed alone: PROPN Idris, PROPN Inchcombe, VERB born, NUM 1720;
+    # `match(tokens[tl + i])` asks whether a real word is inside the piece: a word cut into pieces keeps none
+    ({"Idris", "Inchcombe", "born", "1720"}, ["Id", "ris", "Inch", "combe", "was", "born", "in", "17", "20", "."],
+     list(range(10)), [5]),
+    # a piece longer than the real word keeps its flag ("Paris" inside "Paris,")
+    ({"Paris"}, ["Paris,", "is"], [0, 1], [0]),
+    # a real word only of an earlier sentence is not among the fired sentence's: the piece loses its flag
+    ({"big"}, ["Rome", "big"], [0, 1], [1]),
+    # Llama's newline piece "<0x0A>" holds the real word "A"
+    ({"A"}, ["<0x0A>", "B"], [0, 1], [0]),
+    # only the flagged units are looked at
+    ({"born"}, ["born", "born"], [1], [1]),
+])
+def test_the_codes_real_word_filter_keeps_a_flag_where_a_real_word_is_inside_the_token_piece(real, pieces, over,
+                                                                                               kept):
+    from adaptive_rag.methods.radio.radio import token_piece_filter
+
+    assert token_piece_filter(real, pieces, over) == kept
 
 
 @pytest.mark.parametrize("ptext, prefix", [("drop-previous", ""), ("before-fired", " Rome is old.")])
@@ -134,11 +158,22 @@ def test_a_firing_at_the_second_sentence_keeps_one_sentence_fewer(ptext, prefix)
     [answer] = method.answer_batch([Example("q1", "How old is Rome?", ["753 BC"], "span")])
     [(query, k)] = retriever.queries
     assert k == 1
-    # real words of the question and the look-ahead, the flagged " Rome" left out; the question's attended
-    # (1/3 each from " Rome"), the look-ahead's unattended: all kept (top_n 35), in text order
-    assert query == "old Rome? old. big." 
+    # the code's filter cleared " Rome"'s flag (no real word of "It is big." is inside "Rome"): no flagged
+    # word is left, the ranking is 0/0 and every real word of the question and the look-ahead is kept
+    # (top_n 35), in text order, " Rome" with them
+    assert query == "old Rome? Rome old. big."
     assert answer.output == (prefix.strip() + " So the answer is 753 BC.").strip()
     assert answer.steps[0]["sentence"] == 1
+
+
+def test_with_the_overlap_filter_the_flagged_word_stays_out_of_the_query():
+    """`real_word_match: overlap` keeps " Rome"'s flag (a real word of the judged span): it is left out."""
+    answer_text = cont([" So", " the", " answer", " is", " 753", " BC", "."], finish="stop")
+    retriever = RecordingRetriever()
+    method = method_with(RaDIO, {"theta": 1.0, "real_word_match": "overlap"},
+                         RadioLM({(False, ""): two_sentences(), (True, ""): answer_text}), retriever)
+    method.answer_batch([Example("q1", "How old is Rome?", ["753 BC"], "span")])
+    assert retriever.queries == [("old Rome? old. big.", 1)]
 
 
 def test_the_detector_alone_keeps_the_lookahead_or_stops_as_the_code_does(monkeypatch):
@@ -165,6 +200,10 @@ def test_radio_settings_default_to_the_code_and_refuse_bad_values():
         "filter_order": "after-firing", "keep": "first-sentence", "query_words": "whole-sentence",
         "query_punctuation": "keep", "query_duplicates": "keep", "top_k": 1, "rind_span": "lookahead",
         "ptext": "drop-previous", "query_weights": "attention-tfidf-similarity", "detector_alone": "keep"}
+    assert (s["real_word_match"], s["token_pieces"]) == ("token-piece", "llama")
+    assert "token_pieces" not in settings_of(RaDIO, {"real_word_match": "overlap"}, "methods.radio")
+    with pytest.raises(Exception, match="real_word_match: token-piece filters per-token flags"):
+        settings_of(RaDIO, {"filter_order": "before"}, "methods.radio")
     assert RaDIO.inputs(s, "demo", "radio") == {"detector": "data/detectors/radio.safetensors"}
     with pytest.raises(Exception, match="rind_span"):
         settings_of(RaDIO, {"rind_span": "word"}, "methods.radio")

@@ -4,7 +4,7 @@ import re
 import shlex
 import sys
 
-from adaptive_rag.config import as_dict
+from adaptive_rag.config import as_dict, dataset_settings
 from adaptive_rag.methods.registry import method_class
 from adaptive_rag.prompts.fewshot import resolve_exemplars
 from adaptive_rag.retrieval import NAMED_DENSE
@@ -12,7 +12,7 @@ from adaptive_rag.retrieval import NAMED_DENSE
 # The Python running Snakemake runs the steps too, so an unactivated venv works the same.
 CLI = f"{shlex.quote(sys.executable)} -m adaptive_rag --params params.yaml"
 MODEL_DIR = P.model_dir
-COLLECTION_DIR = f"data/corpus/{P.corpus.name}"
+COLLECTION_DIR = P.corpus_dir
 INDEX_DIR = P.index_dir("bm25")
 DENSE_DIR = P.index_dir("dense")
 SEARCH_INDEX = P.index_dir(P.retrieval.type)  # what retrieving methods search unless they name a retriever

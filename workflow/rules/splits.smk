@@ -5,7 +5,7 @@ rule split:
         split=SPLIT,
         meta="data/splits/{dataset}.meta.json",
     params:
-        settings=lambda wc: settings_key(P.dataset(wc.dataset)),
+        settings=lambda wc: json.dumps([dataset_settings(P.dataset(wc.dataset))], sort_keys=True),
     log:
         "logs/splits/{dataset}.log",
     shell:

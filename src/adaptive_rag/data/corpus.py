@@ -18,7 +18,7 @@ from typing import Iterator
 from tqdm import tqdm
 
 from ..errors import InputError
-from ..io import atomic_write, require_file, sha256_file, write_json
+from ..io import atomic_write, iter_jsonl, require_file, sha256_file, write_json
 
 HEADER = ["id", "text", "title"]
 SHARD_SIZE = 100_000
@@ -131,3 +131,24 @@ def read_manifest(collection_dir: str | Path) -> dict:
     from ..io import read_json
 
     return read_json(Path(collection_dir) / MANIFEST, "corpus manifest (run the corpus step first)")
+
+
+def collection_shards(collection_dir: Path) -> list[Path]:
+    """The JsonCollection shards of the corpus step's directory, refused when there are none."""
+    shards = sorted(collection_dir.glob("*.jsonl"))
+    if not shards:
+        raise InputError(f"{collection_dir}: no JsonCollection shards (*.jsonl) to index")
+    return shards
+
+
+def collection_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
+    """(id, title, text) of every passage of the shards, in order."""
+    for shard in shards:
+        for lineno, record in iter_jsonl(shard, "JsonCollection shard"):
+            if not isinstance(record, dict) or "id" not in record:
+                raise InputError(f"{shard}: line {lineno}: not a JsonCollection record with an id")
+            title = record.get("title") or ""
+            text = record.get("text")
+            if text is None:  # a collection written by something other than our corpus step
+                text = record.get("contents", "")
+            yield str(record["id"]), title, text

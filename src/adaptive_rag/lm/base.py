@@ -75,6 +75,10 @@ class Extras:
     # (Self-RAG reads its reflection tokens' probabilities where the model writes them). Tokens that write
     # no text (special tokens) after the last text are kept in a continuation that asks for these.
     watch_ids: tuple[int, ...] = ()
+    # The log-probability of the token that ended a continuation that kept no token (the stop string's first
+    # token, or the end token): an empty answer's likelihood, as Farquhar et al.'s semantic-entropy code
+    # takes the stop word's when only stop words were generated (SUGAR).
+    end_logprob: bool = False
 
     def __post_init__(self):
         if self.final_source not in FINAL_SOURCES:
@@ -110,7 +114,7 @@ class Extras:
 
 
 FINAL_SOURCES = ("mlp", "residual")
-_LATER_FIELDS = {"final_layers": (), "final_source": "mlp", "logsumexp": False, "watch_ids": ()}
+_LATER_FIELDS = {"final_layers": (), "final_source": "mlp", "logsumexp": False, "watch_ids": (), "end_logprob": False}
 NO_EXTRAS = Extras()
 
 
@@ -139,6 +143,9 @@ class Continuation:
     logsumexp: list[float] | None = None  # logsumexp of the raw logits at each generated token
     # watched[i][j]: log-probability of Extras.watch_ids[j] at generated position i
     watched: list[list[float]] | None = None
+    # with Extras.end_logprob, for a continuation that kept no token: the log-probability of the first token
+    # generated (the one that ended it); None otherwise, or where the backend cannot tell
+    end_logprob: float | None = None
 
 
 @dataclass

@@ -101,6 +101,7 @@ class RowState:
         self.watched: list[list[float]] = []
         self.final: np.ndarray | None = None
         self.finish: str | None = None
+        self.first_logprob: float | None = None  # the first generated token's, whether it is kept or not
 
     def take(self, chosen: Chosen, i: int, model, stop: Sequence[str], max_new_tokens: int,
              want_rows: bool, final_layers: Sequence[int]) -> tuple[int, int] | None:
@@ -111,6 +112,8 @@ class RowState:
         finished continuation's last token is replaced by EOS, and an EOS the model chose itself is fed
         as it is, at the next position (SeaKR's reference reads the state there)."""
         token = chosen.tokens[i]
+        if self.first_logprob is None:
+            self.first_logprob = float(chosen.logprobs[i])
         if token in model.eos_ids:
             self.finish = "eos"
             if getattr(model, "skip_special", True):
@@ -162,4 +165,5 @@ class RowState:
             final_hidden=self.final if extras.final_layers else None,
             logsumexp=self.logsumexp[:keep] if extras.logsumexp else None,
             watched=self.watched[:keep] if extras.watch_ids else None,
+            end_logprob=self.first_logprob if extras.end_logprob and keep == 0 else None,
         )

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..evaluation.answer import dragin_code_cut, extract_answer, has_answer
-from ..prompts.fewshot import ANSWER_PREFIX, Exemplar, build_prompt
+from ..prompts.fewshot import ANSWER_PREFIX, COT, QA_ONESHOT, Exemplar, build_prompt
 from ..retrieval import KINDS, NAMED_DENSE, encoder_name
 from ..settings import check_name
 from .parts.calibrated import calibration_path, resolve_calibration_dataset
 from .parts.rules import GENERATION_DEFAULTS, LOOP_DEFAULTS, Rules
+from .parts.setup import basic_setup
 
 if TYPE_CHECKING:
     from ..prompts.template import Template
@@ -201,20 +202,51 @@ class Method:
             query = last_tokens(query, self.ctx.query_max_tokens, self.ctx.lm)
         return self.ctx.retriever.search(query, k)
 
+    role = "multi"  # how a table row of this type answers: none, single or multi (parts/setup.py)
+
+    @classmethod
+    def setups(cls, settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Each role a configuration answers in, with its set-up (parts/setup.py): what a paper's table
+        holds equal across its rows (`row_setups.py`)."""
+        return basic_setup(cls, settings)
+
+    # wo-rag, sr-rag and adaptive-retrieval read `prompt_style` and its budget `max_new_tokens`
+    # (parts/rules.py `read_answer_style`); other types' settings of those names mean something else
+    reads_answer_style = False
+
+    @property
+    def direct(self) -> bool:
+        """Whether the configuration answers in SUGAR's one-shot `Q: ... A:` style (`prompt_style`): the
+        completion is the answer, so the answer fallback never runs."""
+        return self.reads_answer_style and self.settings.get("prompt_style", COT) == QA_ONESHOT
+
+    @property
+    def answer_budget(self) -> int:
+        """Tokens of a one-call answer: the configuration's `max_new_tokens` where it reads one, else the
+        dataset's budget."""
+        own = self.settings.get("max_new_tokens") if self.reads_answer_style else None
+        return own or self.ctx.max_new_tokens
+
     def generate_answers(self, questions: Sequence[str], passages: Sequence[Sequence["Hit"]],
                          retrievals: int = 0) -> list[Answer]:
-        """One greedy call for the whole batch; each question's wall time is its share of the call."""
+        """One greedy call for the whole batch; each question's wall time is its share of the call. In the
+        `qa-oneshot` style the prompt is the one-shot `Q: ... A:` demonstration and the answer its budget's
+        whole completion."""
         start = time.perf_counter()
-        prompts = [self.cot_prompt(q, p) for q, p in zip(questions, passages)]
+        if self.direct:
+            prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, q, p, QA_ONESHOT, self.template)
+                       for q, p in zip(questions, passages)]
+        else:
+            prompts = [self.cot_prompt(q, p) for q, p in zip(questions, passages)]
         continuations = [self.rules.ended(c, self.ctx.lm)
-                         for c in self.ctx.lm.generate(prompts, self.ctx.max_new_tokens, self.rules.stop)]
+                         for c in self.ctx.lm.generate(prompts, self.answer_budget, self.rules.stop)]
         share = (time.perf_counter() - start) / max(1, len(questions))
         answers = [
             Answer(output=c.text.strip(), prompt=prompt.readable(),
                    passages=[{"id": h.id, "title": h.title, "score": h.score} for h in hits],
                    retrievals=retrievals, llm_calls=1, prompt_tokens=c.prompt_tokens or 0,
                    generated_tokens=len(c.tokens), sentences=count_sentences(c.text), wall_time_s=share,
-                   steps=[step_record("generate", c)])
+                   steps=[step_record("generate", c)], direct=self.direct)
             for prompt, c, hits in zip(prompts, continuations, passages)
         ]
         self.complete_answers(questions, answers)

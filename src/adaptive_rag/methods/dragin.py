@@ -33,6 +33,9 @@ The reference code differs in these ways, each a switch (`reference: dragin-code
 - `query_words: dragin-code`: the query of `keep_real_words` (parts/dragin_code.py): the question,
   the text so far, the sentences before the fired one and its words, encoded again and ranked by that
   pass's attention from the flagged words;
+- `token_pieces` (with `sentence_words: dragin-code`): the words' texts spelled as the reference's own
+  tokenizer spells tokens (`llama`, the default: a newline as Llama's byte token "<0x0A>") or as their
+  decoded text (`decoded`, this project's earlier reading) (parts/dragin_code.py);
 and it keeps only the first regenerated sentence (`keep: first-sentence`). `attention_scope:
 generated` (the generation pass's rows restricted to the generated tokens and renormalised) was this
 project's stand-in for the re-encoded pass; it applies with `attention_pass: generation` only.
@@ -52,7 +55,8 @@ from .registry import register
 PASSES = ("generation", "reencoded")
 # The settings DRAGIN gained after runs were built, with the values that reproduce what it did before.
 LATER = {"rind_units": "token", "attention_pass": "generation", "query_punctuation": "strip",
-         "query_duplicates": "drop", "query_words": "until-flagged", "sentence_words": "offsets"}
+         "query_duplicates": "drop", "query_words": "until-flagged", "sentence_words": "offsets",
+         "token_pieces": "decoded"}
 QUERY_WORDS = ("until-flagged", "whole-sentence", "dragin-code")
 SENTENCE_WORDS = ("offsets", "dragin-code")
 FILTER_ORDERS = ("before", "after", "after-firing")
@@ -112,7 +116,16 @@ class DRAGIN(TriggeredRetrieval):
                 key = next(iter(wrong))
                 raise section.fail(key, f"sentence_words: dragin-code scores the reference's words from its "
                                         f"re-encoded pass after its filter; {key}: {wrong[key]} does not apply there")
+            settings["token_pieces"] = section.str("token_pieces", dragin_code.TOKEN_PIECES[0],
+                                                   dragin_code.TOKEN_PIECES)
+        elif "token_pieces" in section.data and not cls.reads_token_pieces(section):
+            raise section.fail("token_pieces", "only sentence_words: dragin-code reads the reference's token pieces")
         return settings
+
+    @classmethod
+    def reads_token_pieces(cls, section) -> bool:
+        """Whether settings other than `sentence_words: dragin-code` read token pieces (RaDIO's filter)."""
+        return False
 
     def extras(self) -> Extras:
         return Extras(entropy=True, attention_layer=-1)
@@ -130,7 +143,12 @@ class DRAGIN(TriggeredRetrieval):
         if s["attention_pass"] == "reencoded":
             received = reencoded_received(self.reencode(lookahead), s["include_diagonal"])
         return rind_detection(lookahead, sentence, s["theta"], s["attention_scope"], s["include_diagonal"],
-                              s["normalise"], s["filter_order"], s["rind_units"], received)
+                              s["normalise"], s["filter_order"], s["rind_units"], received,
+                              self.word_filter(lookahead, sentence))
+
+    def word_filter(self, lookahead, sentence):
+        """The real-word filter `rind_detection` applies (None: its own, real words overlapping a unit)."""
+        return None
 
     def reencode(self, lookahead):
         """The look-ahead's tokens fed alone (`received_attention`), once per look-ahead: its sentences
@@ -148,7 +166,7 @@ class DRAGIN(TriggeredRetrieval):
             tokenizer = self.tokenizer()
             texts = [tokenizer.decode([i]) for i in lookahead.c.token_ids]
             groups = dragin_code.merged_words(texts, lookahead.c.token_ids, self.newline_id())
-            words = [dragin_code.word_text(texts, g) for g in groups]
+            words = [dragin_code.word_text(texts, g, self.settings["token_pieces"]) for g in groups]
             ranges = dragin_code.sentence_ranges([x.text for x in lookahead.sentences], words)
             self._words = (lookahead, (groups, words, ranges))
         return self._words[1]
@@ -164,7 +182,8 @@ class DRAGIN(TriggeredRetrieval):
         units = []
         for g in groups[start:end]:
             first, last = lookahead.spans[g[0]], lookahead.spans[g[-1]]
-            units.append(Unit(dragin_code.word_text(lookahead.c.tokens, g), first[0], last[1], tuple(g)))
+            units.append(Unit(dragin_code.word_text(lookahead.c.tokens, g, self.settings["token_pieces"]), first[0],
+                              last[1], tuple(g)))
         if start == end:
             return Detection(False, units, [], [])
         scores = dragin_code.range_scores(attention, entropy, start, end)
@@ -203,7 +222,8 @@ class DRAGIN(TriggeredRetrieval):
         encoded = dragin_code.merged_words(texts, ids, self.newline_id())
         attention = dragin_code.word_attention(self.ctx.lm.attention_matrix(ids, -1), encoded)
         hit = [k in set(detection.flagged) for k in range(end - start)]
-        return dragin_code.reference_query([dragin_code.word_text(texts, g) for g in encoded], attention,
+        pieces = self.settings["token_pieces"]
+        return dragin_code.reference_query([dragin_code.word_text(texts, g, pieces) for g in encoded], attention,
                                            end - start, hit, text, self.settings["top_n"])
 
     def build_query(self, state, lookahead, sentence, detection) -> str:

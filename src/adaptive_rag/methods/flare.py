@@ -14,8 +14,9 @@ Two more switches reproduce the DRAGIN reference's FLARE (github oneal2000/DRAGI
   from where the previous sentence's range ended plus one, as long as each next token's text is found
   in the sentence (searched from an offset the reference computes relative to its last find), and one
   token past that; `sentence` (the default) reads the tokens that sit in the sentence. Token texts
-  are compared without their leading space, as the reference's per-token decode of a SentencePiece
-  model writes them (its runner, benchmarks/dragin_reference.py, strips them the same way for SmolLM2);
+  are compared as the reference's per-token decode of its SentencePiece model writes them
+  (`token_pieces: llama`, the default with this switch: one leading space dropped, a newline kept;
+  `decoded`: every leading whitespace character dropped, as this project did before; parts/dragin_code.py);
 - `masking: dragin-code`: the query is the sentence with each masked unit's first occurrence after
   the previous one replaced by nothing, the rest of the text left as it is (spaces included);
   `project` (the default) cuts the unit's span out and collapses whitespace.
@@ -27,6 +28,7 @@ from statistics import mean
 
 from .registry import register
 from .parts.components import Detection, masked_sentence
+from .parts.dragin_code import TOKEN_PIECES, decoded_piece
 from .parts.lookahead import Unit, probability
 from .parts.loop import TriggeredRetrieval
 
@@ -74,7 +76,8 @@ def reference_masked(sentence: str, units: list[str], masked: list[bool]) -> str
 class FLARE(TriggeredRetrieval):
     when = "`variant: paper`: any token (or word) of the look-ahead sentence with p < `theta`; `variant: dragin-code`: the sentence's mean of 1 − p > `theta`"
     what = 'the sentence with low-confidence units masked (p < `mask_theta`; dragin-code: 1 − p > `theta`)'
-    later_settings = {**TriggeredRetrieval.later_settings, "score_range": "sentence", "masking": "project"}
+    later_settings = {**TriggeredRetrieval.later_settings, "score_range": "sentence", "masking": "project",
+                      "token_pieces": "decoded"}
 
     @classmethod
     def read_settings(cls, section):
@@ -95,13 +98,17 @@ class FLARE(TriggeredRetrieval):
                 settings[key] = section.str(key, choices=choices)
         if settings.get("score_range") == "dragin-code" and settings["granularity"] != "token":
             raise section.fail("score_range", "dragin-code scores tokens, as the reference; set granularity: token")
+        if settings.get("score_range") == "dragin-code":
+            settings["token_pieces"] = section.str("token_pieces", TOKEN_PIECES[0], TOKEN_PIECES)
+        elif "token_pieces" in section.data:
+            raise section.fail("token_pieces", "only score_range: dragin-code reads the reference's token pieces")
         return settings
 
     def units(self, lookahead, sentence) -> list[Unit]:
         """The units a sentence is scored on: its tokens or words, or the reference's token range."""
         if self.settings.get("score_range", "sentence") == "sentence":
             return lookahead.units(sentence, self.settings["granularity"])
-        tokens = [t.lstrip() for t in lookahead.c.tokens]
+        tokens = [decoded_piece(t, self.settings["token_pieces"]) for t in lookahead.c.tokens]
         ranges = reference_token_ranges([s.text for s in lookahead.sentences], tokens)
         first, last = ranges[lookahead.sentences.index(sentence)]
         return [Unit(tokens[i], lookahead.spans[i][1] - len(tokens[i]), lookahead.spans[i][1], (i,))

@@ -31,6 +31,7 @@ from typing import Sequence
 from ..errors import ConfigError
 from ..lm.base import LOGITS, NO_EXTRAS, Continuation, Extras, Prompt
 from .base import Answer, Method, count_sentences, step_record
+from .parts.setup import Own
 from .registry import register
 
 RETRIEVE, NO_RETRIEVE = "[Retrieval]", "[No Retrieval]"
@@ -138,6 +139,13 @@ class SelfRAG(Method):
     what = "the question; one generation per passage, the best by its critique tokens (ISREL, ISSUP, ISUSE)"
     needs_retriever = True
     needs = frozenset({LOGITS})  # reflection-token probabilities at chosen positions, not only the top few
+
+    @classmethod
+    def setups(cls, settings) -> dict[str, dict]:
+        """Self-RAG answers in its own model's instruction format with its README's budget."""
+        return {"single": {"prompt": Own("self-rag", "the Self-RAG model's instruction format"), "template": None,
+                           "answer_tokens": Own(settings["max_new_tokens"], "the reference's QA commands"),
+                           "retriever": settings.get("retriever"), "top_k": settings["top_k"]}}
 
     @classmethod
     def read_settings(cls, section):

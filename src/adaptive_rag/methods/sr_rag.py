@@ -6,7 +6,7 @@ import time
 
 from .registry import register
 from .base import Answer, Method
-from .parts.rules import read_generation_rules
+from .parts.rules import read_answer_style, read_generation_rules
 
 
 @register("sr-rag")
@@ -14,11 +14,13 @@ class SingleRoundRetrieval(Method):
     when = 'once, before generating'
     what = 'the question'
     needs_retriever = True
+    reads_answer_style = True
+    role = "single"
 
     @classmethod
     def read_settings(cls, section):
         return {"top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section),
-                **read_generation_rules(section)}
+                **read_generation_rules(section), **read_answer_style(section)}
 
     def answer_batch(self, examples) -> list[Answer]:
         start = time.perf_counter()

@@ -137,7 +137,9 @@ def ablation_tables(ablation, frame, settings) -> list:
     if "method" in frame:
         defined["method"] = f"{defined.get('method', 'the method configuration')}; {ROW_NOTE}"
     if ablation.time_baseline:
-        defined["time_rel"] = f"{GLOSSARY['time_rel']}; time baseline: {ablation.time_baseline}"
+        row = next((v.base for v in ablation.variants if v.method == ablation.time_baseline), None)
+        where = f"{row} (a row of this table: its own reads 1)" if row else ablation.time_baseline
+        defined["time_rel"] = f"{GLOSSARY['time_rel']}; time baseline: {where}"
     return quality_and_cost(frame, ["dataset", *row_keys(ablation, frame)], settings, defined,
                             titles=(f"{ablation.name}: answer quality", f"{ablation.name}: cost"))
 

@@ -12,11 +12,20 @@ or, for a page that needs only part of it, one markdown table of the file (the f
 
     <!-- table: reports/tables/quality.md; columns=method,EM,ΔEM vs wo-rag; where=dataset:demo-single -->
     <!-- table: reports/ablations/seakr-table1.md; table=2; columns=method,N_R,Ks -->
+    <!-- table: reports/ablations/dior-table2.md; columns=method,EM; except=method:radio -->
+
+(`where` keeps the rows whose column holds the value, `except` drops them.)
 
 `adaptive-rag docs-tables` rewrites every such block from the file it names, and `--check` (the test suite
 runs the same check) fails on a block that differs from its file, so a number in the docs is never older
 than the output it cites. A block whose file has not been built here is left as it is and reported as
 unchecked: outputs are DVC artifacts (`dvc pull` fetches them), not part of the repository.
+
+A block may cite only what params.yaml decides: wall times and call-cache hits (`MACHINE_COLUMNS`)
+depend on the machine and on what its call cache held, so a fresh build elsewhere could never equal
+them; a block that shows one (in the page, or in the file a whole-file block copies) is refused, naming
+the column, and cites the others with `columns=`. Timings belong in docs/performance.md, with the
+machine they were measured on.
 """
 
 from __future__ import annotations
@@ -29,7 +38,10 @@ from ..errors import InputError
 
 _BLOCK = re.compile(r"^<!-- table: (?P<spec>[^>\n]+?) -->\n(?P<body>.*?)^<!-- /table -->", re.S | re.M)
 _MARKER = re.compile(r"^<!-- table: ", re.M)  # a marker opens a line; one quoted in text does not count
-_OPTIONS = ("columns", "where", "table")
+_OPTIONS = ("columns", "where", "except", "table")
+# Table headers whose values come from the machine and its call cache, not from params.yaml
+MACHINE_COLUMNS = {"s/question": "wall time", "cached calls": "the call cache's hits", "time_rel": "a ratio of wall times",
+                   "Time": "a ratio of wall times"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,11 @@ class Block:
             name, _, value = part.strip().partition("=")
             if name not in _OPTIONS or not value:
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}; the options are "
-                                 f"`; columns=A,B,...`, `; where=COLUMN:VALUE` and `; table=N`")
+                                 f"`; columns=A,B,...`, `; where=COLUMN:VALUE`, `; except=COLUMN:VALUE` and "
+                                 f"`; table=N`")
+            if name in ("where", "except") and ":" not in value:
+                raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}: expected "
+                                 f"{name}=COLUMN:VALUE")
             if name == "table" and not (value.isdigit() and int(value) >= 1):
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}: N counts the file's "
                                  f"markdown tables from 1")
@@ -71,13 +87,16 @@ def blocks(page: Path) -> list[Block]:
 
 
 def expected_body(root: Path, block: Block) -> str | None:
-    """What the block must hold, made from its file; None when the file is not built here."""
+    """What the block must hold, made from its file; None when the file is not built here. A block that
+    shows a machine-dependent column (`MACHINE_COLUMNS`) is refused whether the file is built or not."""
+    refuse_machine_columns(block, block.body)
     source = root / block.path
     if not source.is_file():
         return None
     content = source.read_text(encoding="utf-8")
     options = block.options()
     if not options:
+        refuse_machine_columns(block, content)
         return content if content.endswith("\n") else content + "\n"
     number = int(options.get("table", ["1"])[0])
     header, rows = _table(content, number, f"{block.path} (cited at {block.page}:{block.line})")
@@ -86,15 +105,30 @@ def expected_body(root: Path, block: Block) -> str | None:
     if missing:
         raise InputError(f"{block.page}:{block.line}: {block.path} has no column {', '.join(missing)}; "
                          f"its columns: {', '.join(header)}")
-    if "where" in options:
-        column, value = options["where"]
-        if column not in header:
-            raise InputError(f"{block.page}:{block.line}: {block.path} has no column {column}")
-        rows = [r for r in rows if r[header.index(column)] == value]
+    for name, keep in (("where", True), ("except", False)):
+        if name in options:
+            column, value = options[name]
+            if column not in header:
+                raise InputError(f"{block.page}:{block.line}: {block.path} has no column {column}")
+            rows = [r for r in rows if (r[header.index(column)] == value) == keep]
+    refuse_machine_columns(block, "| " + " | ".join(columns) + " |\n|---|\n")
     picked = [[row[header.index(c)] for c in columns] for row in rows]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(row) + " |" for row in picked]
     return "\n".join(lines) + "\n"
+
+
+def refuse_machine_columns(block: Block, content: str) -> None:
+    """Fail if a markdown table header in `content` names a column that the machine decides."""
+    lines = content.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("|") and set(lines[i + 1]) <= set("|:- ") and "-" in lines[i + 1]:
+            found = [c for c in (cell.strip() for cell in line.strip().strip("|").split("|")) if c in MACHINE_COLUMNS]
+            if found:
+                raise InputError(f"{block.page}:{block.line}: cites {', '.join(found)} of {block.path}: "
+                                 f"{'; '.join(MACHINE_COLUMNS[c] for c in found)}, set by the machine and its call "
+                                 f"cache, not by params.yaml, so another build cannot equal it; cite the other "
+                                 f"columns (`; columns=...`) and put timings in docs/performance.md")
 
 
 def _table(content: str, number: int, what: str) -> tuple[list[str], list[list[str]]]:

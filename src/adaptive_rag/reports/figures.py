@@ -121,17 +121,28 @@ def include_zero(ax, series) -> None:
     ax.set_ylim(low - pad if low < 0 else 0.0, high + pad)
 
 
-def plot_scores(frame, path: Path, confidence: float = 0.95) -> None:
-    save(scores_figure(frame, confidence), path)
+def plot_scores(frame, path: Path, confidence: float = 0.95, svg: Path | None = None) -> None:
+    """The scores figure as `path` and, with `svg`, also as SVG (text kept as text), which the HTML
+    report's front page draws inline: a page of reStructuredText cannot embed a PNG."""
+    figure = scores_figure(frame, confidence)
+    if svg is not None:
+        save(figure, svg, close=False)
+    save(figure, path)
 
 
-def save(figure, path: Path) -> None:
+SVG_STYLE = {"svg.fonttype": "none", "svg.hashsalt": "adaptive-rag"}  # text as text; ids the same every time
+
+
+def save(figure, path: Path, close: bool = True) -> None:
+    import matplotlib
     import matplotlib.pyplot as plt
 
-    with atomic_write(path, "wb") as handle:
-        figure.savefig(handle, format=Path(path).suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight",
-                       metadata={"Software": None} if Path(path).suffix == ".png" else None)
-    plt.close(figure)
+    suffix = Path(path).suffix
+    metadata = {".png": {"Software": None}, ".svg": {"Date": None, "Creator": None}}.get(suffix)
+    with atomic_write(path, "wb") as handle, matplotlib.rc_context(SVG_STYLE if suffix == ".svg" else {}):
+        figure.savefig(handle, format=suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight", metadata=metadata)
+    if close:
+        plt.close(figure)
 
 
 def retrievals_figure(long):

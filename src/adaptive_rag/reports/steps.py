@@ -69,6 +69,22 @@ def clip_line(start: str, text: str, width: int) -> str:
     return start + clip(text, max(8, width - len(start)))
 
 
+def step_facts(step: dict) -> list[str]:
+    """A call's facts as `ask` and the trace explorer show them: its tokens, why it ended, how much of it
+    was kept, which sentence the trigger judged."""
+    facts = []
+    tokens = step.get("tokens")
+    if tokens and isinstance(tokens[0], list):
+        facts.append(f"{len(tokens)} tokens")
+    if "finish" in step:
+        facts.append(f"finish {step['finish']}")
+    if isinstance(step.get("kept"), int) and not isinstance(step.get("kept"), bool):
+        facts.append(f"kept {step['kept']} chars")
+    if "sentence" in step:
+        facts.append(f"judged sentence {step['sentence']}")
+    return facts
+
+
 class StepPrinter:
     """The lines of one trace's steps; `passages` gives the title and text of each passage id searched."""
 
@@ -78,6 +94,7 @@ class StepPrinter:
         self.keys: dict[str, Callable[[dict], list[str]] | None] = {
             "phase": None, "finish": None, "kept": None, "sentence": None, "tokens": None, "text": self.text,
             "detection": self.detection,  # the loop family's trigger
+            "judged": self.judged,  # its verdicts on the sentences before, which did not fire
             "u": self.uncertainty, "delta": None,  # SeaKR
             "probability": self.early, "threshold": None, "fire": None, "attribution": None,  # DioR's early detection
             "value": self.routing, "thresholds": None, "branch": None, "signal": None,  # SUGAR
@@ -97,18 +114,8 @@ class StepPrinter:
         return lines
 
     def heading(self, index: int, step: dict) -> str:
-        """`step N: phase` and the call's facts: its tokens (their probabilities: `--json`), why it ended,
-        how much of it was kept, which sentence the trigger judged."""
-        facts = []
-        tokens = step.get("tokens")
-        if tokens and isinstance(tokens[0], list):
-            facts.append(f"{len(tokens)} tokens")
-        if "finish" in step:
-            facts.append(f"finish {step['finish']}")
-        if isinstance(step.get("kept"), int) and not isinstance(step.get("kept"), bool):
-            facts.append(f"kept {step['kept']} chars")
-        if "sentence" in step:
-            facts.append(f"judged sentence {step['sentence']}")
+        """`step N: phase` and the call's facts (`step_facts`; the tokens' probabilities: `--json`)."""
+        facts = step_facts(step)
         return f"step {index}: {step.get('phase', '?')}" + (f" ({', '.join(facts)})" if facts else "")
 
     # ---- keys with a line of their own ---------------------------------------------------------
@@ -139,6 +146,15 @@ class StepPrinter:
             else:
                 lines += labelled(key, json.dumps(value, ensure_ascii=False), self.width)
         return lines
+
+    def judged(self, step: dict) -> list[str]:
+        """The trigger's scores of each sentence it judged and passed before the step's outcome."""
+        rows = []
+        for d in step["judged"]:
+            units, scores = d.get("units", []), d.get("scores", [])
+            rows.append(f"sentence {d.get('sentence', '?')}: "
+                        f"{self.marked(units, scores, d.get('flagged', []), d.get('thresholds')) or 'no unit scored'}")
+        return [line for row in rows for line in labelled("passed", row, self.width)]
 
     def uncertainty(self, step: dict) -> list[str]:
         """SeaKR's U of one judged context; against delta when it decided whether to retrieve."""

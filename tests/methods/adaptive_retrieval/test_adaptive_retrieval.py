@@ -64,6 +64,27 @@ def test_less_popular_questions_retrieve_once_with_the_question_the_others_answe
                                      "sentences": 1}
 
 
+def test_by_default_a_retrieving_question_reads_the_top_passage_as_the_reference_does(tmp_path):
+    """run_model.py puts `retrieval_dict[query]["ctxs"][0]` before `Q: {question} A:`: one passage."""
+    method, lm, retriever = build(tmp_path, {"a": 50}, {"threshold": 1000})
+    [answer] = method.answer_batch(examples("a"))
+    assert retriever.queries == [("Where was a born?", 1)] and len(answer.passages) == 1
+
+
+def test_in_sugars_one_shot_style_the_answer_is_the_completion_of_a_q_a_prompt(tmp_path):
+    """`prompt_style: qa-oneshot` (SUGAR's tables): the first exemplar as `Q: ... A: ...`, the passage above
+    the question, stop at a newline or "Q:", 32 tokens, no answer fallback: the completion is the answer."""
+    script = {(True, ""): cont([" Lyon"], finish="stop"), (False, ""): cont([" Paris"], finish="stop")}
+    method, _, retriever = build(tmp_path, {"a": 50, "b": 5000}, {"threshold": 1000, "prompt_style": "qa-oneshot"})
+    method.ctx.lm = lm = ScriptedLM(script)
+    answers = method.answer_batch(examples("a", "b"))
+    assert [a.output for a in answers] == ["Lyon", "Paris"] and all(a.direct for a in answers)
+    assert [(c["max_new_tokens"], c["stop"]) for c in lm.calls] == [(32, ("\n", "Q:"))] * 2
+    prompt = lm.calls[0]["prompt"].readable()
+    assert "Q: Who wrote Hamlet?" in prompt and "A: Shakespeare" in prompt and "passage 1.1" in prompt
+    assert "Hamlet was written by" not in prompt  # no chain of thought in the one-shot demonstration
+
+
 def test_a_question_without_popularity_is_refused_naming_the_file_and_question(tmp_path):
     method, _, _ = build(tmp_path, {"a": 50})
     with pytest.raises(InputError, match=r"popularity\.json: no popularity for question 'b' \(and 1 more\)"):
@@ -234,7 +255,7 @@ def test_a_calibrated_run_reads_its_rule_and_refuses_the_calibration_questions_a
     method, _, _ = build(tmp_path, {"a": 999}, settings={**settings, "calibration_cuts": "histogram"},
                          calibration=path)
     assert method.threshold == 158.5
-    with pytest.raises(InputError, match=r"calibrated with top_k 3, but this run has 5"):
+    with pytest.raises(InputError, match=r"calibrated with top_k 1, but this run has 5"):
         build(tmp_path, {"a": 999}, settings={**settings, "top_k": 5}, calibration=path)
 
 

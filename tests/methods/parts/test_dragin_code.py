@@ -29,9 +29,29 @@ NEWLINE = 5
 def test_words_start_at_a_space_and_at_the_newline_token_and_lose_their_spaces():
     groups = dragin_code.merged_words(TOKENS, list(range(len(TOKENS))), NEWLINE)
     assert groups == [[0], [1], [2], [3, 4], [5, 6, 7], [8, 9]]
-    assert [dragin_code.word_text(TOKENS, g) for g in groups] == ["The", "answer", "is", "no.", "\nQuestion:", "Who?"]
+    # the newline token is spelled as Llama's convert_ids_to_tokens spells it: the byte token "<0x0A>"
+    assert [dragin_code.word_text(TOKENS, g) for g in groups] == ["The", "answer", "is", "no.", "<0x0A>Question:",
+                                                                  "Who?"]
+    assert dragin_code.word_text(TOKENS, groups[4], "decoded") == "\nQuestion:"
     # no newline id (a tokenizer without a newline token): the newline stays inside the word before it
     assert dragin_code.merged_words(TOKENS, list(range(len(TOKENS))), None)[3] == [3, 4, 5, 6, 7]
+
+
+def test_token_pieces_as_llamas_tokenizer_writes_them():
+    # convert_ids_to_tokens: "<0x0A>" per newline (SmolLM2's "\n\n" is one token: two byte tokens in it)
+    assert dragin_code.spelled("\n\n") == "<0x0A><0x0A>"
+    assert dragin_code.spelled("\n", "decoded") == "\n"
+    # decode of one token: one leading space dropped ("▁▁two" -> " two"), a newline kept
+    assert [dragin_code.decoded_piece(t) for t in (" The", "\n", " ", "  two", "x")] == ["The", "\n", "", " two", "x"]
+    assert [dragin_code.decoded_piece(t, "decoded") for t in (" The", "\n", "  two")] == ["The", "", "two"]
+
+
+def test_a_word_at_a_newline_holds_the_byte_tokens_characters_for_the_real_word_filter():
+    # `modifier`'s `match`: a real word inside the word's string. On Llama the word is "<0x0A>A", so the
+    # real word "A" (a PROPN here) matches it; spelled as "\nB" it would not have matched "A"
+    words = [dragin_code.word_text(["\n", "B"], [0, 1]), "A"]
+    assert words == ["<0x0A>B", "A"]
+    assert dragin_code.real_word_filter("Grade A", words, [0, 1]) == [0, 1]
 
 
 def test_a_sentence_is_found_by_a_substring_search_over_the_words_joined_with_spaces():
@@ -199,3 +219,16 @@ def test_empty_query_is_refused_outside_the_triggered_loop():
 
     with pytest.raises(ConfigError, match="only a trigger's query can come out empty"):
         method_with(FixedLengthRetrieval, {"empty_query": "search"}, ScriptedLM({}))
+
+
+def test_flares_token_range_stops_at_a_newline_token_as_on_llama():
+    from adaptive_rag.methods.flare import reference_token_ranges
+
+    tokens = [" It", " was", ".", "\n", "Then", " yes", "."]
+    # `TokenRAG.modifier`: tokens are taken while each is found in "It was." from `pos`; "\n" is not, so
+    # the range ends at index 3 (scored over tid..tr = 0..3) and the next sentence starts at index 4
+    pieces = [dragin_code.decoded_piece(t) for t in tokens]
+    assert reference_token_ranges(["It was.", "Then yes."], pieces) == [(0, 3), (4, 7)]
+    # stripped of all leading whitespace the newline token is "", found everywhere: the first range runs on
+    pieces = [dragin_code.decoded_piece(t, "decoded") for t in tokens]
+    assert reference_token_ranges(["It was.", "Then yes."], pieces)[0] == (0, 4)

@@ -13,7 +13,7 @@ import yaml
 from adaptive_rag.config import parse_params
 from adaptive_rag.data.datasets import Example
 from adaptive_rag.errors import ConfigError, InputError
-from adaptive_rag.lm.base import BLACK_BOX, NO_EXTRAS, WHITE_BOX, Continuation, SampleSet
+from adaptive_rag.lm.base import BLACK_BOX, NO_EXTRAS, WHITE_BOX, Continuation, Extras, SampleSet
 from adaptive_rag.methods.base import Answer, Context, Method
 from adaptive_rag.methods.sugar.sugar import BRANCHES, Sugar, route
 from adaptive_rag.prompts.fewshot import (QA_INSTRUCTION, QA_STOP_STRINGS, STOP_STRINGS, Exemplar, build_prompt,
@@ -239,7 +239,7 @@ def test_a_batch_is_sampled_in_one_seeded_call_with_the_settings():
     assert call["questions"] == [Q_NONE, Q_CERTAIN, Q_SINGLE]
     params = call["params"]
     assert (params.n, params.seed, params.temperature, params.top_k, params.top_p) == (10, 7, 0.7, 40, 0.95)
-    assert (call["max_new_tokens"], call["stop"], call["extras"]) == (32, ("\n", "Q:"), NO_EXTRAS)
+    assert (call["max_new_tokens"], call["stop"], call["extras"]) == (32, ("\n", "Q:"), Extras(end_logprob=True))
     assert [p.text for p in call["prompts"]] == [build_qa_prompt("raw", SCRIPTED_EXEMPLARS, q).text
                                                  for q in (Q_NONE, Q_CERTAIN, Q_SINGLE)]
 
@@ -365,8 +365,8 @@ def test_defaults_are_the_papers_where_it_gives_them():
     assert settings == {
         "route": "entropy", "signal": "se", "estimator": "rao", "thresholds": "calibrated", "samples": 10,
         "temperature": 1.0, "top_k": None, "top_p": None, "max_sample_tokens": 32, "seed": 42,
-        "judge": "nli:microsoft/deberta-large-mnli", "strict": True, "condition_on_question": True,
-        "prompt_style": "qa-oneshot", "single": {"top_k": 3},
+        "judge": "nli:microsoft/deberta-large-mnli", "strict": True, "empty_samples": "answer",
+        "condition_on_question": True, "prompt_style": "qa-oneshot", "single": {"top_k": 3},
         "multi": {"top_k": 3, "max_steps": 8, "max_passages": 15}, "retriever": None,
         "calibration_dataset": "{dataset}-calib", "threshold_signal": "se"}
     assert read({"prompt_style": "cot"})["max_sample_tokens"] is None  # a chain needs the run's budget
@@ -708,23 +708,46 @@ def test_the_calibration_file_is_an_input_per_evaluated_dataset():
 
 # ---- empty samples, the judge's load and Time's baseline -----------------------------------------------
 
-def empty() -> Continuation:
-    """A sample that stopped at once: no tokens, no text."""
-    return Continuation(text="", tokens=[], logprobs=[], finish_reason="stop")
+def empty(end: float | None = None) -> Continuation:
+    """A sample that stopped at once: no tokens, no text; `end`: the log-probability of the token that
+    ended it (the stop string's first token), as the engine reports it when asked (`Extras.end_logprob`)."""
+    return Continuation(text="", tokens=[], logprobs=[], finish_reason="stop", end_logprob=end)
+
+
+def test_an_empty_answer_is_an_answer_of_its_own_with_its_stop_tokens_likelihood():
+    """Farquhar et al.'s code keeps an empty answer: `predict` takes the stop word's log-likelihood when
+    only stop words were generated (n_generated = 1), and the answer is clustered like any other.
+    Nine "Paris" at p = .9 (l = ln .9 each) and one empty answer ended by a token of p = .5 (l = ln .5):
+    two classes, class likelihoods 9 x .9 = 8.1 and .5, normalised over 8.6 (`rao`, sum_normalized):
+    SE = -(8.1/8.6 ln(8.1/8.6) + .5/8.6 ln(.5/8.6)) = .221817; PE = -(9 ln .9 + ln .5) / 10 = .164139.
+    With t1 .4: no retrieval. Under `empty_samples: infinite` the same samples were SE = PE = inf (IRCoT)."""
+    samples = [sample("Paris")] * 9 + [empty(math.log(0.5))]
+    lm = SamplingLM({Q_NONE: samples}, ROUTED_GREEDY)
+    [answer] = ask(sugar(lm), Q_NONE)
+    step = answer.steps[0]
+    p1, p2 = 8.1 / 8.6, 0.5 / 8.6
+    assert step["se"] == pytest.approx(-(p1 * math.log(p1) + p2 * math.log(p2)), abs=1e-6)
+    assert step["se"] == pytest.approx(0.221817, abs=1e-6)
+    assert step["pe"] == pytest.approx(-(9 * math.log(0.9) + math.log(0.5)) / 10, abs=1e-6)
+    assert (step["clusters"], step["empty_samples"], step["branch"]) == ([0] * 9 + [1], 1, "none")
+    assert step["loglik"][-1] == pytest.approx(math.log(0.5), abs=1e-6)
+    assert lm.sample_calls[0]["extras"].end_logprob is True  # the engine is asked for that token's likelihood
+    # "The" normalises to nothing too: an answer of its own, its one token's log-probability counted
+    lm = SamplingLM({Q_NONE: [sample("Paris")] * 9 + [sample("The", 0.5)]}, ROUTED_GREEDY)
+    [answer] = ask(sugar(lm), Q_NONE)
+    assert answer.steps[0]["se"] == pytest.approx(0.221817, abs=1e-6)
 
 
 @pytest.mark.parametrize("samples, label", [([empty()] * 9 + [sample("Paris")], "nine empty, one answer"),
                                             ([empty()] * 10, "all empty"),
                                             ([sample(".")] + [sample("Paris")] * 9, "one answer of punctuation only")])
-def test_a_question_with_an_empty_sample_has_no_entropy_and_retrieves_most(samples, label):
-    """The reference codes assert every sample is non-empty (Farquhar et al.'s
-    compute_uncertainty_measures.py:221-222). Before, nine empty samples and one answer gave SE 0 (the
-    empty class has log-likelihood -inf, weight 0, so all mass on "Paris": no retrieval), and all empty
-    gave SE 0 (one class) while PE was infinite. Now SE = PE = infinity (null in the trace): above t2 = 0.9,
-    so IRCoT, and no judge is asked."""
+def test_empty_samples_infinite_gives_the_question_no_entropy_and_retrieves_most(samples, label):
+    """`empty_samples: infinite`, this project's earlier rule: any empty answer makes SE = PE = infinity
+    (null in the trace): above t2 = 0.9, so IRCoT, and no judge is asked."""
     lm = SamplingLM({Q_MULTI: samples}, {(Q_MULTI, True, ""): PAINTER, (Q_MULTI, True, " Inchcombe was a painter."):
                                          SO_LYON})
-    [answer] = ask(sugar(lm), Q_MULTI)
+    [answer] = ask(sugar(lm, {"empty_samples": "infinite"}), Q_MULTI)
+    assert lm.sample_calls[0]["extras"] == NO_EXTRAS
     step = answer.steps[0]
     assert (step["se"], step["pe"], step["value"], step["branch"], step["judge_calls"], step["clusters"]) == (
         None, None, None, "multi", 0, []), label
@@ -734,7 +757,7 @@ def test_a_question_with_an_empty_sample_has_no_entropy_and_retrieves_most(sampl
 
 def test_an_undefined_value_goes_single_where_there_is_no_multi_step():
     lm = SamplingLM({Q_SINGLE: [empty()] * 10}, {(Q_SINGLE, True, ""): cont([" Batavia"])})
-    [answer] = ask(sugar(lm, {"thresholds": 0.4}), Q_SINGLE)
+    [answer] = ask(sugar(lm, {"thresholds": 0.4, "empty_samples": "infinite"}), Q_SINGLE)
     assert (answer.steps[0]["branch"], answer.retrievals) == ("single", 1)
 
 

@@ -74,39 +74,37 @@ def test_cache_hits_come_from_the_runs_provenance():
     assert cache_hits({**provenance(), "call_cache": None}) is None
 
 
-def test_sugar_tables_have_time_rel_against_sugars_own_single_step_branch(base, tmp_path):
-    """Time is relative to SUGAR's own single-step branch (`sugar-single-step`: `route: single`, its
-    one-shot prompt and budget, no sampling), not to `sr-rag`'s chain-of-thought prompt and budget; and a
-    row whose judge is not the NLI model says which judge it used."""
+def test_sugar_tables_have_time_rel_against_their_single_step_row(base, tmp_path):
+    """Time is relative to the table's Single-step row (`sr-rag-qa`: SUGAR's own single-step branch, its
+    one-shot prompt and budget, no sampling), whose own Time reads 1.00; and a row whose judge is not the NLI
+    model says which judge it used."""
     params = parse_params(base)
     ablation = params.ablations["sugar-table1"]
-    assert ablation.time_baseline == "sugar-single-step"
-    assert ablation.runs == [v.method for v in ablation.variants] + ["sugar-single-step"]
-    assert params.method("sugar-single-step").settings["route"] == "single"
-    walls = {"wo-rag": 0.05, "sr-rag": 0.3, "ircot": 0.9, "adaptive-rag": 0.4, "adaptive-retrieval": 0.35, "sugar": 0.5,
-             "sugar-single-step": 0.2}
+    assert ablation.time_baseline == "sugar-table1--sr-rag-qa"
+    assert ablation.runs == [v.method for v in ablation.variants]  # the baseline is a row: no extra run
+    walls = {"wo-rag-qa": 0.05, "sr-rag-qa": 0.2, "ircot-8": 0.9, "adaptive-rag": 0.4, "adaptive-retrieval": 0.35,
+             "sugar": 0.5}
     paths = []
     for variant in ablation.variants:
         method = variant.values["method"]
         score(tmp_path / f"{method}.json", ablation.datasets[0], variant.method, walls[method],
-              hits=1 if method == "ircot" else 0)
+              hits=1 if method == "ircot-8" else 0)
         paths.append(tmp_path / f"{method}.json")
-    score(tmp_path / "single.json", ablation.datasets[0], "sugar-single-step", walls["sugar-single-step"])
-    frame = ablation_frame(ablation, [*paths, tmp_path / "single.json"], params)
+    frame = ablation_frame(ablation, paths, params)
     assert list(frame.columns)[:9] == ["dataset", "method", "em", "f1", "acc", "N_R", "S_eff", "time_rel", "Rc"]
     rel = dict(zip(frame["method"], frame["time_rel"]))
     proxy = "adaptive-retrieval (popularity: corpus-frequency, not page views)"  # the row names its stand-in
-    assert set(rel) == {"wo-rag", "sr-rag", "ircot", "adaptive-rag (classifier: minilm-logistic)", proxy,
+    assert set(rel) == {"wo-rag-qa", "sr-rag-qa", "ircot-8", "adaptive-rag (classifier: minilm-logistic)", proxy,
                         "sugar (judge: match)"}
-    assert rel["sr-rag"] == pytest.approx(1.5) and rel["sugar (judge: match)"] == pytest.approx(2.5)
+    assert rel["sr-rag-qa"] == pytest.approx(1.0) and rel["sugar (judge: match)"] == pytest.approx(2.5)
     assert rel["adaptive-rag (classifier: minilm-logistic)"] == pytest.approx(2.0)
     assert rel[proxy] == pytest.approx(1.75)
-    assert rel["wo-rag"] == pytest.approx(0.25)
-    assert pd.isna(rel["ircot"])  # a cached run: empty
+    assert rel["wo-rag-qa"] == pytest.approx(0.25)
+    assert pd.isna(rel["ircot-8"])  # a cached run: empty
     written = write_ablation(ablation, frame, tmp_path / "out" / "sugar-table1")
     assert "time_rel" in written[1].read_text().splitlines()[0]
     markdown = written[0].read_text()
-    assert "| sugar (judge: match)" in markdown and "–" in markdown and "time baseline: sugar-single-step" in markdown
+    assert "| sugar (judge: match)" in markdown and "–" in markdown and "time baseline: sr-rag-qa (a row of this table" in markdown
 
 
 def test_a_row_names_its_judge_also_when_the_method_is_not_varied(base, tmp_path):
@@ -157,17 +155,17 @@ def test_time_baseline_is_explicit_or_off(base, edit, message):
 
 
 def test_an_explicit_time_baseline_outside_the_rows_is_run_too(base):
-    base["ablations"]["sugar-signal"]["vary"]["method"].remove("sr-rag")
-    base["ablations"]["sugar-signal"]["time_baseline"] = "sr-rag"
+    base["ablations"]["sugar-signal"]["vary"]["method"].remove("sr-rag-qa")
+    base["ablations"]["sugar-signal"]["time_baseline"] = "sr-rag-qa"
     ablation = parse_params(base).ablations["sugar-signal"]
-    assert ablation.time_baseline == "sr-rag" and ablation.runs[-1] == "sr-rag"
+    assert ablation.time_baseline == "sr-rag-qa" and ablation.runs[-1] == "sr-rag-qa"
 
 
 # ---- the ablation definitions (Tables I-III, Figure 2) --------------------------------------------
 
 def test_demo_defines_the_sugar_tables_and_figure(base):
     params = parse_params(base)
-    rows = ["wo-rag", "sr-rag", "ircot", "sugar"]
+    rows = ["wo-rag-qa", "sr-rag-qa", "ircot-8", "sugar"]  # SUGAR's prompt and budgets in every row
     # Tables I and III are the paper's single-hop tables, Table II its multi-hop one; only Table I has an
     # Adaptive-RAG row, and an Adaptive Retrieval row (on the corpus-frequency popularity)
     for name, datasets, vary in (("sugar-table1", ["demo-single-small"],
@@ -176,7 +174,7 @@ def test_demo_defines_the_sugar_tables_and_figure(base):
         assert params.ablations[name].vary == {"method": vary} and params.ablations[name].datasets == datasets
     signal = params.ablations["sugar-signal"]
     assert signal.datasets == ["demo-single-small"]
-    assert signal.vary["method"] == ["wo-rag", "sr-rag", "sugar-pe-mean", "sugar-pe-se", "sugar-mean"]
+    assert signal.vary["method"] == ["wo-rag-qa", "sr-rag-qa", "sugar-pe-mean", "sugar-pe-se", "sugar-mean"]
     settings = {name: params.method(f"sugar-signal--{name}").settings for name in signal.vary["method"][2:]}
     assert {n: (s["signal"], s["thresholds"], s["threshold_signal"]) for n, s in settings.items()} == {
         "sugar-pe-mean": ("pe", "mean", "pe"), "sugar-pe-se": ("pe", "mean", "se"), "sugar-mean": ("se", "mean", "se")}

@@ -35,15 +35,19 @@ def test_each_table_three_variant_differs_from_its_base_in_one_setting(path):
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
-def test_the_time_baseline_is_sugars_own_single_step_branch(path):
-    """`sugar-single-step` answers as the `sugar` run's single branch does: same prompt style, budget,
-    passages and retriever, no sampling; every SUGAR table divides its wall times by it."""
+def test_the_time_baseline_is_the_tables_single_step_row_which_is_sugars_own_branch(path):
+    """The Single-step row (`sr-rag-qa`) answers as the `sugar` run's single branch does: it is the branch's
+    own configuration (same prompt style, budget, passages and retriever, no sampling); every SUGAR table
+    divides its wall times by it and shows it as a row (Time 1.00)."""
+    from adaptive_rag.methods.sugar.sugar import branch_settings
+
     params = load_params(path)
     for name in ("sugar-table1", "sugar-table2", "sugar-signal"):
         ablation = params.ablations[name]
-        assert ablation.time_baseline == "sugar-single-step", (path.name, name)
+        assert ablation.time_baseline == f"{name}--sr-rag-qa", (path.name, name)
+        assert ablation.time_baseline in [v.method for v in ablation.variants]
         for dataset in ablation.datasets:
-            single = params.method("sugar-single-step").settings_for(dataset)
+            single = params.method(ablation.time_baseline).settings_for(dataset)
+            plain = params.method(f"{name}--wo-rag-qa").settings_for(dataset)
             sugar = params.method("sugar").settings_for(dataset)
-            assert single["route"] == "single" and sugar["route"] == "entropy"
-            assert {k: v for k, v in single.items() if k != "route"} == {k: sugar[k] for k in single if k != "route"}
+            assert (plain, single) == branch_settings(sugar), (path.name, name, dataset)

@@ -57,6 +57,11 @@ class AdaptiveRAG(Method):
                 **{branch: read_branch(section, branch, retriever) for branch in BRANCH_TYPES}}
 
     @classmethod
+    def setups(cls, settings) -> dict[str, dict]:
+        """Each label's strategy answers as that strategy's own row would."""
+        return {role: BRANCH_TYPES[role].setups(settings[role])[role] for role in BRANCH_TYPES}
+
+    @classmethod
     def needs_for(cls, settings) -> set[str]:
         return set().union(*(BRANCH_TYPES[b].needs_for(settings[b]) for b in BRANCH_TYPES))
 

@@ -3,7 +3,11 @@ retrieve only for questions whose subject entity is less popular than a threshol
 
 Popularity is the subject entity's monthly Wikipedia page views (PopQA's `s_pop`). A question below
 the threshold is answered as SR-RAG answers it (the question retrieves `top_k` passages once, before
-generating); every other question as wo-RAG answers it (no retrieval). The reference notebook
+generating); every other question as wo-RAG answers it (no retrieval). `top_k` defaults to 1: the
+reference answers with the first retrieved passage alone (run_model.py: `retrieval_dict[query]["ctxs"][0]`
+before `Q: {question} A:`). Its prompt is the reference's style when `prompt_style: qa-oneshot` (a
+`Q: ... A:` demonstration, the passage above the question, the first line of the completion as the
+answer), as SUGAR's tables run it; `cot` (the default) is the dataset's chain of thought. The reference notebook
 (AlexTMallen/adaptive-retrieval, adaptive-retrieval.ipynb) compares log(s_pop) with the cut, which
 orders questions exactly as the page views do, so the rule here compares the page views themselves.
 
@@ -35,7 +39,8 @@ from typing import Any, Sequence
 from ...errors import InputError
 from ..base import Answer, Method
 from ..parts.calibrated import load_calibration, refuse_calibration_questions, refuse_other_settings, score_answers
-from ..parts.rules import read_generation_rules
+from ..parts.rules import read_answer_style, read_generation_rules
+from ..parts.setup import Own, basic_setup
 from ..registry import register
 
 DEFAULT_POPULARITY = "data/popularity/{dataset}.json"
@@ -56,6 +61,7 @@ class AdaptiveRetrieval(Method):
     when = "once, before generating, when the question's entity popularity is below `threshold`"
     what = "the question"
     needs_retriever = True
+    reads_answer_style = True
     calibration_retrieves = True
     uncalibrated = "threshold (a number of monthly page views)"
     provided_inputs = {"popularity": POPULARITY_FILE}
@@ -70,12 +76,21 @@ class AdaptiveRetrieval(Method):
                                              f"other; remove one of the two")
         settings = {"threshold": _read_threshold(section), "popularity_proxy": proxy,
                     "popularity": PROXY_POPULARITY if proxy != "none" else section.str("popularity", DEFAULT_POPULARITY),
-                    "top_k": section.int("top_k", 3, minimum=1), "retriever": cls.read_retriever(section),
-                    **read_generation_rules(section)}
+                    # the reference's ctxs[0]: one passage
+                    "top_k": section.int("top_k", 1, minimum=1), "retriever": cls.read_retriever(section),
+                    **read_generation_rules(section), **read_answer_style(section)}
         if settings["threshold"] == "calibrated":
             settings["calibration_dataset"] = section.str("calibration_dataset", DEFAULT_CALIBRATION)
             settings["calibration_cuts"] = section.str("calibration_cuts", "histogram", CUTS)
         return settings
+
+    @classmethod
+    def setups(cls, settings) -> dict[str, dict]:
+        """Answers without retrieval or after one search; the top passage alone is the reference's."""
+        setup = {**basic_setup(cls, settings, "none"), **basic_setup(cls, settings, "single")}
+        if settings["top_k"] == 1:
+            setup["single"]["top_k"] = Own(1, "the reference answers with ctxs[0] (run_model.py)")
+        return setup
 
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:

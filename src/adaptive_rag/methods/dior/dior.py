@@ -67,6 +67,7 @@ from .keywords import (CANDIDATES, DEFAULT_WEIGHTS, PRE, SIMILARITY, TERMS, TFID
                        question_candidates, real_word_candidates, similarity_term, tfidf_term)
 from ..parts.lookahead import LookAhead, probability
 from ..parts.loop import TriggeredRetrieval
+from ..parts.setup import Own, basic_setup
 from ..registry import register
 
 SWITCH = ("on", "off")
@@ -75,6 +76,7 @@ REALTIME_TOKENS = ("entities", "all")
 EARLY_FEATURES = ("attribution-sequence", "attribution-entropy")
 POST = ("stepwise", "single")
 PROMPTS = ("paper", "dragin")
+PAPER_MAX_RETRIEVALS = 5  # App. B.3
 PAPER_TEMPLATE = "builtin:dior"  # chunked documents: "External Knowledge After Chunk" (§3.3.2)
 DOCUMENTS_TEMPLATE = "builtin:dior-documents"  # whole documents: "External Knowledge" (App. F, w/o Post-R)
 MLP = ("mlp-hidden", "rind+mlp")
@@ -119,6 +121,18 @@ class DioR(TriggeredRetrieval):
     needs = frozenset({GRADIENTS, HIDDEN_STATES, ATTENTIONS})
 
     @classmethod
+    def setups(cls, settings) -> dict[str, dict]:
+        """DioR's own prompt layout (`prompt: paper`, App. F's knowledge block) and its trigger cap (App.
+        B.3: 5 retrievals) are the paper's; `prompt: dragin` is the table's usual layout."""
+        setup = basic_setup(cls, settings)
+        fields = setup["multi"]
+        if settings["prompt"] == "paper":
+            fields["prompt"] = Own("dior-paper", "DioR's prompt layout (App. F), part of the method")
+        if settings["max_retrievals"] == PAPER_MAX_RETRIEVALS:
+            fields["max_retrievals"] = Own(PAPER_MAX_RETRIEVALS, "DioR's cap on triggers (App. B.3)")
+        return setup
+
+    @classmethod
     def read_settings(cls, section):
         from .chunking import CHUNKS, CLOSES
         from .stepwise import RELEVANCE, StepwiseSettings
@@ -126,7 +140,7 @@ class DioR(TriggeredRetrieval):
         stepwise = StepwiseSettings()
         return {
             **cls.read_common(section, keep="all"),
-            "max_retrievals": section.int("max_retrievals", 5, minimum=0, allow_none=True),
+            "max_retrievals": section.int("max_retrievals", PAPER_MAX_RETRIEVALS, minimum=0, allow_none=True),
             "early": read_switch(section, "early", "on"),
             "early_threshold": section.float("early_threshold", 0.5, minimum=0.0),
             "early_features": section.str("early_features", EARLY_FEATURES[0], EARLY_FEATURES),

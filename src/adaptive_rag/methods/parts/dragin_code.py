@@ -4,7 +4,7 @@ words and sentences and builds its query, for DRAGIN's `sentence_words: dragin-c
 
 Words (`BasicGenerator.generate_attn`): the generated tokens merged into words, a word starting at
 the first token, at every token that starts with a space (the tokenizer's space marker) and at the
-newline token; a word's text is its tokens' texts with every space removed. A word's attention is the
+newline token; a word's text is its tokens' pieces with every space removed. A word's attention is the
 sum of its tokens' a_i, its entropy the mean of theirs.
 
 Sentences (`AttnWeightRAG.modifier`): spaCy's sentences of the look-ahead, stripped, the empty ones
@@ -25,6 +25,19 @@ Candidates are the words that contain a real word (POS NOUN, ADJ, VERB, PROPN, N
 text as a substring, the flagged words excepted; the `top_n` best by the ranking vector, in text
 order, joined with spaces. With no flagged word left the vector is 0/0 and the first `top_n`
 candidates in text order are taken, as the reference's sort leaves NaN keys in place.
+
+Token pieces (`token_pieces`): the reference reads tokens two ways, and both are spelled here as its
+own tokenizer (Llama-2's SentencePiece) spells them (`llama`, the default of every switch that reads
+them), whatever the model: `convert_ids_to_tokens` (the words above, RaDIO's real-word filter) writes a
+newline as the byte token "<0x0A>", so a word that starts at a newline reads "<0x0A>The" and enters the
+sentence test, the real-word filter and the re-encoded query with those characters; and the per-token
+`decode` of `BasicGenerator.generate` (FLARE's token range) drops exactly one leading space and keeps a
+newline as "\n". `decoded` is what this project did before: each token's decoded text, newlines as
+"\n" and FLARE's pieces stripped of all leading whitespace (which deletes a newline token's text).
+What no spelling reproduces: SmolLM2 writes a run of newlines ("\n\n") as one token, which starts no
+word (the reference starts a word at the single newline token only, Llama's id 13), where Llama writes
+one newline token per newline, each starting a word; and characters outside Llama's vocabulary, which
+Llama spells as byte tokens ("<0xE2>"), keep their text here.
 """
 
 from __future__ import annotations
@@ -34,6 +47,24 @@ from typing import Sequence
 import numpy as np
 
 from .text import real_words
+
+TOKEN_PIECES = ("llama", "decoded")
+LLAMA_NEWLINE = "<0x0A>"  # Llama-2's byte-fallback token for "\n" (id 13), as convert_ids_to_tokens spells it
+
+
+def spelled(text: str, pieces: str = "llama") -> str:
+    """A token's decoded text as the reference's `convert_ids_to_tokens` spells it (spaces kept: the
+    caller removes the space marker): with `llama`, every newline as Llama's byte token "<0x0A>"."""
+    return text.replace("\n", LLAMA_NEWLINE) if pieces == "llama" else text
+
+
+def decoded_piece(text: str, pieces: str = "llama") -> str:
+    """A token's text as `BasicGenerator.generate` decodes it alone (FLARE's per-token texts): with
+    `llama`, SentencePiece's decode of one token, which drops exactly one leading space (a newline
+    stays "\n"); with `decoded`, every leading whitespace character removed."""
+    if pieces == "llama":
+        return text[1:] if text.startswith(" ") else text
+    return text.lstrip()
 
 
 def merged_words(token_texts: Sequence[str], token_ids: Sequence[int], newline_id: int | None) -> list[list[int]]:
@@ -47,8 +78,9 @@ def merged_words(token_texts: Sequence[str], token_ids: Sequence[int], newline_i
     return groups
 
 
-def word_text(token_texts: Sequence[str], group: Sequence[int]) -> str:
-    return "".join(token_texts[i] for i in group).replace(" ", "")
+def word_text(token_texts: Sequence[str], group: Sequence[int], pieces: str = "llama") -> str:
+    """A word's text: its tokens' pieces joined, the space marker removed (`spelled`)."""
+    return spelled("".join(token_texts[i] for i in group), pieces).replace(" ", "")
 
 
 def sentence_ranges(sentences: Sequence[str], words: Sequence[str]) -> list[tuple[int, int]]:

@@ -224,20 +224,24 @@ class TriggeredRetrieval(DynamicMethod):
                 state.done = True
                 state.answer.steps.append(step_record("look-ahead", c))
                 continue
-            fired = None
+            fired, passed = None, []
             if not self.capped(state):
                 for index, sentence in enumerate(lookahead.sentences):
                     detection = self.detect(state, lookahead, sentence)
                     if detection.fire:
                         fired = (index, sentence, detection)
                         break
+                    passed.append({"sentence": index, "start": sentence.start, **detection.record()})
+            # the sentences judged that did not fire, with the trigger's numbers (trace only: the explorer
+            # shades them); absent when none was judged, so such records stay as they were
+            judged = {"judged": passed} if passed else {}
             if fired is None:
                 if joined:
                     state.text = joining.kept_after_lookahead(state.text, lookahead.text)
                 else:
                     state.keep(lookahead, len(lookahead.text))
                 state.done = self.rules.finished(c)
-                state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text),
+                state.answer.steps.append(step_record("look-ahead", c, kept=len(lookahead.text), **judged,
                                                       **self.unfired_record(state)))
                 continue
             index, sentence, detection = fired
@@ -254,7 +258,7 @@ class TriggeredRetrieval(DynamicMethod):
             else:
                 state.keep(lookahead, cut)
             hits = self.retrieve(state, query)
-            state.answer.steps.append(step_record("look-ahead", c, kept=cut, sentence=index,
+            state.answer.steps.append(step_record("look-ahead", c, kept=cut, sentence=index, **judged,
                                                   fired=sentence.text, detection=detection.record(), query=query,
                                                   retrieved=[h.id for h in hits], **self.trigger_record(state)))
             regenerate.append(state)

@@ -8,6 +8,8 @@ pass) are the arguments; `dragin.py` documents them.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from .attention import attention_matrix, attention_received
@@ -35,12 +37,14 @@ UNITS = ("token", "word")
 
 def rind_detection(lookahead: LookAhead, sentence, theta: float, attention_scope: str = "full",
                    include_diagonal: bool = False, normalise: bool = False, filter_order: str = "before",
-                   units: str = "token", received: np.ndarray | None = None) -> Detection:
+                   units: str = "token", received: np.ndarray | None = None,
+                   word_filter: Callable[[list, list[int]], list[int]] | None = None) -> Detection:
     """RIND over the sentence's tokens, or (`units: word`) over its whitespace-delimited words, each
     scored with the sum of its tokens' attention and the mean of their entropies (the reference
     code's merge); the flagged units are those above theta (after the real-word filter with
     `filter_order: after`, or firing before it with `after-firing`). `received` replaces the generation pass's per-token attention (a_i) by
-    one computed elsewhere (a re-encoded pass)."""
+    one computed elsewhere (a re-encoded pass). `word_filter(units, over)` replaces the real-word filter
+    (by default: a unit overlapping a real word of the sentence keeps its flag)."""
     if received is None:
         received = attention_received(attention_matrix(lookahead, attention_scope), include_diagonal)
     stop_list = stop_words()
@@ -63,7 +67,9 @@ def rind_detection(lookahead: LookAhead, sentence, theta: float, attention_scope
     scores = rind_scores(attention, entropies, indices, stop, normalise, filter_order == "before")
     over = [k for k, v in enumerate(scores) if v > theta]
     flagged = over
-    if filter_order in ("after", "after-firing") and over:
+    if filter_order in ("after", "after-firing") and over and word_filter is not None:
+        flagged = word_filter(found, over)
+    elif filter_order in ("after", "after-firing") and over:
         real = [(sentence.start + w.start, sentence.start + w.end)
                 for w in real_words(lookahead.text[sentence.start:sentence.end])]
         flagged = [k for k in over if any(a < found[k].end and b > found[k].start for a, b in real)]

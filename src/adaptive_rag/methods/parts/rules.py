@@ -35,6 +35,13 @@ better), and another implementation's rules are reachable from params alone:
   the DRAGIN reference code does: no passage comes back, the retrieval counts, and the regeneration
   is prompted with an empty context block (`TokenRAG.inference`, `AttnWeightRAG.inference`).
 
+Methods that answer in one call (wo-rag, sr-rag, adaptive-retrieval, and SUGAR's own branches, which
+are built from them) also take `prompt_style` (`read_answer_style`): `cot`, the dataset's chain of
+thought (the default), or `qa-oneshot`, SUGAR's one `Q: ... A:` demonstration, whose whole completion
+is the answer (no answer fallback; stop strings "\n" and "Q:" unless `stop` says otherwise), with its own
+budget `max_new_tokens` (32 for `qa-oneshot`, SUGAR's; the dataset's otherwise). A table of SUGAR's
+compares its rows under SUGAR's prompt this way.
+
 Every key defaults to what the code did before it was a setting. A method's settings hold only the
 rules params give, and `Method.settings_key` leaves one given at its default out of a run's key, so
 runs built before the rules existed keep their key.
@@ -46,7 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...evaluation.answer import EXTRACTIONS
-from ...prompts.fewshot import STOP_STRINGS
+from ...prompts.fewshot import COT, PROMPT_STYLES, QA_ONESHOT, QA_STOP_STRINGS, STOP_STRINGS
 from .joining import JOINING
 
 if TYPE_CHECKING:
@@ -60,7 +67,8 @@ EMPTY_QUERY = ("question", "search")
 ANSWER_PHRASE = "the answer is"
 # every method of the loop family
 GENERATION_DEFAULTS: dict[str, Any] = {"stop": None, "end_of_turn": "strip", "answer_extraction": "project",
-                                       "template": None}
+                                       "template": None, "prompt_style": COT}
+QA_ANSWER_TOKENS = 32  # SUGAR's budget for its one-shot answers and samples ("max_sample_tokens")
 LOOP_DEFAULTS: dict[str, Any] = {"lookahead": "remaining", "answer_check": "any-case",  # the dynamic loop
                                  "joining": "exact", "empty_query": "question"}
 
@@ -82,6 +90,21 @@ def read_generation_rules(section: "Section") -> dict[str, Any]:
         rules["answer_extraction"] = section.str("answer_extraction", choices=EXTRACTIONS)
     if "template" in section.data:
         rules["template"] = read_template(section)
+    return rules
+
+
+def read_answer_style(section: "Section") -> dict[str, Any]:
+    """`prompt_style` and its budget `max_new_tokens` (only the keys params give, or the budget that
+    `qa-oneshot` implies), for the methods that answer in one call."""
+    rules: dict[str, Any] = {}
+    if "prompt_style" in section.data:
+        rules["prompt_style"] = section.str("prompt_style", choices=PROMPT_STYLES)
+    style = rules.get("prompt_style", COT)
+    if style == QA_ONESHOT or "max_new_tokens" in section.data:
+        default = QA_ANSWER_TOKENS if style == QA_ONESHOT else None
+        rules["max_new_tokens"] = section.int("max_new_tokens", default, minimum=1, allow_none=True)
+    if style == QA_ONESHOT and "answer_extraction" in section.data:
+        raise section.fail("answer_extraction", "a qa-oneshot answer is its whole completion; it extracts nothing")
     return rules
 
 
@@ -139,7 +162,8 @@ class Rules:
     @classmethod
     def of(cls, settings: dict[str, Any]) -> "Rules":
         stop = settings.get("stop")
-        return cls(STOP_STRINGS if stop is None else tuple(stop), settings.get("end_of_turn", "strip"),
+        default_stop = QA_STOP_STRINGS if settings.get("prompt_style") == QA_ONESHOT else STOP_STRINGS
+        return cls(default_stop if stop is None else tuple(stop), settings.get("end_of_turn", "strip"),
                    settings.get("lookahead", "remaining"), settings.get("answer_check", "any-case"),
                    settings.get("answer_extraction", "project"), settings.get("joining", "exact"),
                    settings.get("empty_query", "question"))

@@ -6,6 +6,14 @@ real_words` (every config/Llama2-7b-chat/*/RaDIO.json): the DRAGIN code base wit
   normalised over the span, firing on any token over the threshold and then clearing the flags of tokens
   that are not real words (`filter_order: after-firing`), as DRAGIN's code does; or the
   MLP detector (`detector.py`: fires when a token's score is above the look-ahead's mean and at most 0.5).
+- The real-word filter (`real_word_match: token-piece`, `AttnWeightRAG.modifier`'s `check_real_words`
+  block and its `match`): the real words (POS NOUN, ADJ, VERB, PROPN, NUM) of the fired sentence alone,
+  parsed on its own (`nlp(sent)`; with `rind_span: lookahead` the look-ahead's last sentence), and a
+  flagged token keeps its flag only where one of them is a substring of the token's piece
+  (`tokens[tl + i]`: the token as `convert_ids_to_tokens` spells it, the space marker removed; a newline
+  as Llama's "<0x0A>", `token_pieces`), so the pieces of a word cut into several tokens mostly lose
+  their flags. `overlap` keeps every flagged token that overlaps a real word of the judged span
+  (this project's earlier reading).
 - The span RIND judges (`rind_span: lookahead`): `AttnWeightRAG.modifier` finds a sentence's tokens by
   looking for the sentence in the tokens joined with spaces; unmerged tokens joined with spaces never
   spell a sentence that ends in a full stop ("1720 ." is not "1720."), so every sentence but the last
@@ -31,8 +39,10 @@ from pathlib import Path
 
 from ...errors import InputError
 from ..dragin import DRAGIN, REFERENCES
+from ..parts import dragin_code
 from ..parts.components import Detection
-from ..parts.text import Span
+from ..parts.setup import Own, basic_setup
+from ..parts.text import Span, real_words
 from ..registry import register
 from .detector import RADIO_DETECTOR, fires, load, space_marker, token_features
 from .query import radio_factors
@@ -47,6 +57,7 @@ SPANS = ("lookahead", "sentence")
 PTEXT = ("drop-previous", "before-fired")
 QUERY_WEIGHTS = ("attention-tfidf-similarity", "attention")
 DETECTOR_ALONE = ("keep", "error")
+REAL_WORD_MATCH = ("token-piece", "overlap")
 
 
 @register("radio")
@@ -56,11 +67,23 @@ class RaDIO(DRAGIN):
     what = ('the `top_n` real words of question + answer so far, ranked by attention x TF-IDF x mean '
             'word-vector similarity')
 
+    later_settings = {**DRAGIN.later_settings, "real_word_match": "overlap"}
+
     @classmethod
     def read_settings(cls, section):
         settings = cls.read_rind_qfs(section, "radio-code", RADIO_CODE)
+        match = section.str("real_word_match", REAL_WORD_MATCH[0], REAL_WORD_MATCH)
+        if match == "token-piece" and (settings["rind_units"] != "token" or settings["filter_order"] == "before"):
+            key = "rind_units" if settings["rind_units"] != "token" else "filter_order"
+            raise section.fail(key, f"real_word_match: token-piece filters per-token flags after thresholding, as "
+                                    f"the code; {key}: {settings[key]} has none to filter (or set real_word_match: "
+                                    f"overlap)")
+        if match == "token-piece":
+            settings["token_pieces"] = section.str("token_pieces", dragin_code.TOKEN_PIECES[0],
+                                                   dragin_code.TOKEN_PIECES)
         return {
             **settings,
+            "real_word_match": match,
             "top_k": section.int("top_k", 1, minimum=1),  # BasicRAG.retrieve: SBERT's topk is forced to 1
             "rind_span": section.str("rind_span", SPANS[0], SPANS),
             "ptext": section.str("ptext", PTEXT[0], PTEXT),
@@ -117,6 +140,30 @@ class RaDIO(DRAGIN):
                              f"set detector_alone: keep to go on without retrieving")
         return detection
 
+    @classmethod
+    def setups(cls, settings) -> dict[str, dict]:
+        """The code searches SBERT and keeps its first passage (`BasicRAG.retrieve` forces top-1)."""
+        setup = basic_setup(cls, settings)
+        if settings["top_k"] == 1:
+            setup["multi"]["top_k"] = Own(1, "RaDIO's code retrieves SBERT's top-1 whatever retrieve_topk says")
+        if settings.get("retriever") == "dense:sbert":
+            setup["multi"]["retriever"] = Own("dense:sbert", "RaDIO's code searches SBERT")
+        return setup
+
+    @classmethod
+    def reads_token_pieces(cls, section) -> bool:
+        return section.data.get("real_word_match", REAL_WORD_MATCH[0]) == "token-piece"
+
+    def word_filter(self, lookahead, sentence):
+        """`real_word_match: token-piece`: `modifier`'s `match` over the fired sentence's real words."""
+        if self.settings["real_word_match"] != "token-piece":
+            return None
+        fired = lookahead.sentences[-1] if self.settings["rind_span"] == "lookahead" else sentence
+        real = {w.text for w in real_words(fired.text)}
+        tokens, pieces = lookahead.c.tokens, self.settings["token_pieces"]
+        return lambda units, over: token_piece_filter(real, [dragin_code.word_text(tokens, [units[k].tokens[0]], pieces)
+                                                             for k in range(len(units))], over)
+
     def unfired_record(self, state) -> dict:
         return self._unfired.pop(id(state), {})
 
@@ -125,3 +172,9 @@ class RaDIO(DRAGIN):
 
     def query_reweight(self):
         return radio_factors if self.settings["query_weights"] == "attention-tfidf-similarity" else None
+
+
+def token_piece_filter(real: set[str], pieces: list[str], over: list[int]) -> list[int]:
+    """The flagged units (indices into `pieces`) whose piece holds one of the `real` words as a substring:
+    `AttnWeightRAG.modifier`'s `match(tokens[tl + i])` (RaDIO's src/generate.py)."""
+    return [k for k in over if any(word in pieces[k] for word in real)]

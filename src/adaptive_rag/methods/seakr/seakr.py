@@ -50,6 +50,7 @@ from ..base import Answer, Method, count_sentences
 from ..parts.calibrated import load_calibration, refuse_calibration_questions, score_answers
 from ..parts.lookahead import LookAhead
 from ..parts.rules import ANSWER_PHRASE
+from ..parts.setup import Own
 from ..parts.text import Span, nlp
 from ..parts import uncertainty as est
 from ..registry import register
@@ -110,6 +111,21 @@ class SeaKR(Method):
     when = "the self-aware uncertainty U (EigenScore of k sampled next sentences' final states) exceeds `delta`"
     what = "the next sentence without its unsure words (POS-filtered); of the top-N passages, the one that lowers U most"
     needs_retriever = True
+
+    @classmethod
+    def setups(cls, settings) -> dict[str, dict[str, Any]]:
+        """Multi-hop SeaKR searches while it reasons; the simple-QA variant searches once. Its budget, step
+        cap and document pool are the reference code's (MAX_NEW_TOKENS for every call, `max_steps`,
+        `max_docs`), not a table's."""
+        role = "single" if settings["variant"] == "simple" else "multi"
+        fields = {"prompt": "cot", "template": None, "answer_tokens": settings["max_new_tokens"],
+                  "retriever": settings.get("retriever"), "top_k": settings["top_k"]}
+        if settings["max_new_tokens"] == MAX_NEW_TOKENS:
+            fields["answer_tokens"] = Own(MAX_NEW_TOKENS, "the reference code's budget for every SeaKR call")
+        if role == "multi":
+            fields.update(max_retrievals=Own(settings["max_steps"], "SeaKR's reasoning-step cap (max_steps)"),
+                          max_passages=Own(settings["max_docs"], "SeaKR's knowledge pool (max_docs)"))
+        return {role: fields}
 
     @classmethod
     def read_settings(cls, section) -> dict[str, Any]:

@@ -8,8 +8,9 @@ Per batch:
    is sampled `samples` times in ONE seeded `sample_batch` call;
 2. each question's answers are clustered by bidirectional entailment (`judge`, by default the NLI
    model Kuhn et al. use, each answer after its question) and the semantic entropy SE (`estimator`)
-   and the predictive entropy PE of the same samples are computed; a question with an empty sample
-   has neither (both infinite: the most retrieving branch);
+   and the predictive entropy PE of the same samples are computed; an empty answer (nothing left after
+   SQuAD normalisation, "The" included) is an answer of its own, as in Farquhar et al.'s code
+   (`empty_samples: answer`; `infinite` gives such a question SE = PE = infinity instead);
 3. the `signal` (SE, or PE for Table III's ablation) routes it: value <= t1 -> `none` (the greedy
    answer of the same prompt), t1 < value <= t2 -> `single` (retrieve once with the question),
    value > t2 -> `multi` (IRCoT: `fs-rag` with accumulated passages and the CoT prompt). A value on a
@@ -42,11 +43,13 @@ from typing import Any, Sequence
 from ...errors import ConfigError, InputError
 from ...evaluation.answer import predicted
 from ...evaluation.metrics import normalize_answer
-from ...lm.base import SAMPLING, SCORING, SampleSet, SamplingParams
-from ...prompts.fewshot import PROMPT_STYLES, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
+from ...lm.base import NO_EXTRAS, SAMPLING, SCORING, Extras, SampleSet, SamplingParams
+from ...prompts.fewshot import PROMPT_STYLES, QA_ONESHOT, QA_STOP_STRINGS, STOP_STRINGS, build_prompt, build_qa_prompt
 from ...settings import Section, show
-from ..base import Answer, Method, count_sentences, step_record
+from ..base import Answer, Method
 from ..fs_rag import FixedSentenceRetrieval
+from ..sr_rag import SingleRoundRetrieval
+from ..wo_rag import WithoutRetrieval
 from ..parts.calibrated import load_calibration, refuse_calibration_questions, refuse_other_settings, score_answers
 from .entailment import load_judge, parse_judge
 from .routing import BRANCHES, best, mean_rule, mean_single_rule, quantiles, route, search
@@ -54,6 +57,7 @@ from .semantic_entropy import ESTIMATORS, cluster, predictive_entropy, semantic_
 from ..registry import register
 
 SIGNALS = ("se", "pe")
+EMPTY_SAMPLES = ("answer", "infinite")
 # threshold rules read off a calibration file, and how each is computed from a signal's values there
 RULES = {"calibrated": None, "mean": mean_rule, "mean-single": mean_single_rule}
 # What the rules compute, as a calibration file records it: a file written by another definition of them
@@ -91,7 +95,7 @@ class Sugar(Method):
     needs_retriever = True
     calibration_retrieves = True
     uncalibrated = "thresholds: [t1, t2] (numbers)"
-    later_settings = {**Method.later_settings, "route": "entropy"}
+    later_settings = {**Method.later_settings, "route": "entropy", "empty_samples": "infinite"}
 
     @classmethod
     def read_settings(cls, section: Section) -> dict[str, Any]:
@@ -122,6 +126,7 @@ class Sugar(Method):
             "seed": section.seed("seed", 42),
             "judge": judge,
             "strict": _read_strict(section, judge),
+            "empty_samples": section.str("empty_samples", EMPTY_SAMPLES[0], EMPTY_SAMPLES),
         }
         if parse_judge(judge)[0] == "nli":
             # both reference codes give the NLI model each answer after its question
@@ -132,6 +137,15 @@ class Sugar(Method):
             # Table III's "PE with SE's thresholds": route on one signal at the other's thresholds
             settings["threshold_signal"] = section.str("threshold_signal", signal, SIGNALS)
         return settings
+
+    @classmethod
+    def setups(cls, settings) -> dict[str, dict]:
+        """Its branches answer as wo-rag, sr-rag and IRCoT configured as `branch_settings` and
+        `ircot_settings` say: a table's rows of those types set up the same way compare with it."""
+        plain, single = branch_settings(settings)
+        setups = {"none": WithoutRetrieval.setups(plain)["none"], "single": SingleRoundRetrieval.setups(single)["single"],
+                  "multi": FixedSentenceRetrieval.setups(ircot_settings(settings))["multi"]}
+        return setups if settings["route"] == "entropy" else {settings["route"]: setups[settings["route"]]}
 
     @classmethod
     def needs_for(cls, settings) -> set[str]:
@@ -151,6 +165,9 @@ class Sugar(Method):
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
+        plain, single = branch_settings(settings)
+        self.plain = WithoutRetrieval(plain, context)
+        self.single = SingleRoundRetrieval(single, context)
         self.ircot = FixedSentenceRetrieval(ircot_settings(settings), context)
         self._judge = None
         if settings["route"] != "entropy":
@@ -227,72 +244,56 @@ class Sugar(Method):
     def sample(self, questions: Sequence[str]) -> tuple[list[SampleSet], float]:
         """Every question's samples in one batched call; each question's share of its time."""
         start = time.perf_counter()
+        # `empty_samples: answer` reads an empty answer's likelihood off the token that ended it
+        extras = Extras(end_logprob=True) if self.settings["empty_samples"] == "answer" else NO_EXTRAS
         sets = self.ctx.lm.sample_batch([self.prompt(q) for q in questions], self.sampling, self.sample_tokens,
-                                        self.stop)
+                                        self.stop, extras)
         if len(sets) != len(questions):
             raise RuntimeError(f"sample_batch answered {len(sets)} of {len(questions)} prompts")
         return sets, (time.perf_counter() - start) / max(1, len(questions))
 
     def assess(self, question: str, sample_set: SampleSet) -> Assessment:
-        """Clusters, SE and PE of one question's samples. A sample with no answer leaves both undefined
-        (the reference codes assert that no sample is empty: Farquhar et al.'s
-        compute_uncertainty_measures.py:221-222): nine empty samples and one answer are not a certain
-        model, yet SE over the answers would be 0 while PE is infinite. Such a question gets SE = PE =
-        infinity, so every rule sends it to the most retrieving branch, and no judge is asked."""
+        """Clusters, SE and PE of one question's samples.
+
+        An empty answer (nothing left after SQuAD normalisation) is, with `empty_samples: answer`, an
+        answer like any other, as in Farquhar et al.'s code: `generate_answers.py` keeps it, the judge
+        clusters it (an empty string after the question), and its log-likelihood counts in SE and PE
+        (`huggingface_models.py` `predict`: when only stop words were generated it takes the stop
+        word's log-likelihood, `n_generated = 1`; the `assert i` of compute_uncertainty_measures.py
+        checks that each sample's list of log-likelihoods is non-empty, which that rule guarantees).
+        Here an answer that kept tokens ("The") has their mean log-probability, one that kept none the
+        log-probability of the token that ended it (`sample_loglik`). `empty_samples: infinite` is this
+        project's earlier rule: any empty answer makes SE = PE = infinity (the most retrieving branch),
+        and no judge is asked."""
         start = time.perf_counter()
         samples = sample_set.samples
         answers = [self.answer_phrase(c.text) for c in samples]
-        loglik = [sequence_loglik(c.logprobs) for c in samples]
         empty = sum(not normalize_answer(a) for a in answers)
-        if empty:
+        if empty and self.settings["empty_samples"] == "infinite":
+            loglik = [sequence_loglik(c.logprobs) for c in samples]
             return Assessment([c.text for c in samples], answers, loglik, [], math.inf, math.inf, 0,
                               time.perf_counter() - start, empty)
+        loglik = [sample_loglik(c) for c in samples]
         ids, calls = cluster(answers, self.implication(question), self.settings["strict"])
         se = semantic_entropy(ids, loglik, self.settings["estimator"])
-        pe = predictive_entropy([c.logprobs for c in samples])
+        # Farquhar's `predictive_entropy` over the same length-normalised log-likelihoods: -mean
+        pe = -float(sum(loglik)) / len(loglik) if empty else predictive_entropy([c.logprobs for c in samples])
         return Assessment([c.text for c in samples], answers, loglik, ids, se, pe, calls,
-                          time.perf_counter() - start, 0)
+                          time.perf_counter() - start, empty)
 
     # ---- the branches -------------------------------------------------------------------------
 
     def answer_bare(self, examples) -> list[Answer]:
-        """`none`: the greedy answer of the prompt the samples came from."""
-        questions = [e.question for e in examples]
-        if self.direct:
-            return self.answer_directly(questions, [()] * len(questions))
-        return self.generate_answers(questions, [()] * len(questions))
+        """`none`: the greedy answer of the prompt the samples came from (wo-rag in SUGAR's prompt style)."""
+        return self.plain.answer_batch(examples)
 
     def answer_once(self, examples) -> list[Answer]:
-        """`single`: retrieve once with the question, answer once in the same prompt style."""
-        start = time.perf_counter()
-        hits = [self.search(e.question, self.settings["single"]["top_k"]) for e in examples]
-        share = (time.perf_counter() - start) / max(1, len(examples))
-        questions = [e.question for e in examples]
-        if self.direct:
-            answers = self.answer_directly(questions, hits, retrievals=1)
-        else:
-            answers = self.generate_answers(questions, hits, retrievals=1)
-        for answer in answers:
-            answer.wall_time_s += share
-        return answers
+        """`single`: retrieve once with the question, answer once in the same prompt style (sr-rag so)."""
+        return self.single.answer_batch(examples)
 
     def answer_ircot(self, examples) -> list[Answer]:
         """`multi`: IRCoT, i.e. `fs-rag` with `accumulate: true` (its CoT prompt and answer fallback)."""
         return self.ircot.answer_batch(examples)
-
-    def answer_directly(self, questions: Sequence[str], passages: Sequence[Sequence],
-                        retrievals: int = 0) -> list[Answer]:
-        """One greedy call in the direct-answer style; no fallback, the completion is the answer."""
-        start = time.perf_counter()
-        prompts = [self.prompt(q, p) for q, p in zip(questions, passages)]
-        continuations = self.ctx.lm.generate(prompts, self.sample_tokens, self.stop)
-        share = (time.perf_counter() - start) / max(1, len(questions))
-        return [Answer(output=c.text.strip(), prompt=prompt.readable(),
-                       passages=[{"id": h.id, "title": h.title, "score": h.score} for h in hits],
-                       retrievals=retrievals, llm_calls=1, prompt_tokens=c.prompt_tokens or 0,
-                       generated_tokens=len(c.tokens), sentences=count_sentences(c.text), wall_time_s=share,
-                       steps=[step_record("generate", c)], direct=True)
-                for prompt, c, hits in zip(prompts, continuations, passages)]
 
     # ---- the method ---------------------------------------------------------------------------
 
@@ -401,6 +402,17 @@ class Sugar(Method):
 # ---- pieces with no state (tested on their own) -------------------------------------------------
 
 
+def sample_loglik(c) -> float:
+    """A sample's length-normalised log-likelihood: the mean of its kept tokens' log-probabilities, or,
+    for a sample that kept no token, the log-probability of the token that ended it (Farquhar et al.'s
+    `n_generated = 1` for a generation of stop words only); -inf where the backend cannot tell (an API
+    that reports no log-probability for a stop sequence): that answer's class then weighs nothing in SE
+    and PE is infinite."""
+    if len(c.logprobs):
+        return sequence_loglik(c.logprobs)
+    return -math.inf if c.end_logprob is None else float(c.end_logprob)
+
+
 def calibrated_settings(settings: dict) -> dict:
     """The settings a calibration file's numbers depend on (a run refuses a file made with others)."""
     return {k: v for k, v in settings.items() if k not in NOT_CALIBRATED}
@@ -408,6 +420,23 @@ def calibrated_settings(settings: dict) -> dict:
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+def branch_settings(settings: dict) -> tuple[dict, dict]:
+    """The `none` and `single` branches as wo-rag and sr-rag configurations, read by those types: SUGAR's
+    prompt style, in the one-shot style its answer budget (`max_sample_tokens`), and the single step's
+    `top_k`. A table's no-retrieval and single-step rows configured the same way (`prompt_style:
+    qa-oneshot`) answer exactly as these branches do: the same code, prompt and budget."""
+    style = {"prompt_style": settings["prompt_style"]}
+    if settings["prompt_style"] == QA_ONESHOT:
+        style["max_new_tokens"] = settings["max_sample_tokens"]
+    single = {**style, "top_k": settings["single"]["top_k"], "retriever": settings["retriever"]}
+    out = []
+    for cls, data, key in ((WithoutRetrieval, style, "none"), (SingleRoundRetrieval, single, "single")):
+        section = Section(data, f"methods.<sugar>.{key}", "sugar")
+        out.append(cls.read_settings(section))
+        section.done()
+    return out[0], out[1]
 
 
 def ircot_settings(settings: dict) -> dict:
