@@ -17,7 +17,9 @@ Measures, for one model on one device, in fresh processes:
   profile's 8,112, then opening and searching the indexes just built.
 
 `--write NAME` stores the entry under `devices: NAME` in src/adaptive_rag/planning/unit_costs.yaml with
-the hardware, date, commit and this command; without it the entry is printed. The same options as the
+the hardware, date, commit and this command, and the parameter counts of the profiles' 7B models under
+`models:` (counted on PyTorch's meta device from their shapes: `PAPER_MODELS`; `--models-only` writes
+just those); without it the entry is printed. The same options as the
 other benchmarks pick the model (`--random-init llama-2-7b --device cuda --dtype bfloat16
 --cuda-graphs` measures a 7B model's shape on a GPU without its weights).
 
@@ -48,6 +50,10 @@ SAMPLE_ROWS = (10, 20)
 SHORT, LONG = 8, 40  # the two token budgets whose difference is (LONG - SHORT) decode steps
 PREFILL_LENGTHS = (32, 160, 320)  # question-specific prompt tokens
 DEMO = REPO / "data/demo"
+# The profiles' models no entry measures, by name: (their shape in model_args.SHAPES, their vocabulary: the
+# Llama-2 tokenizer's 32,000, Self-RAG's with its 16 reflection tokens added). Their parameters scale the
+# measured model's per-token costs (adaptive_rag.planning.units).
+PAPER_MODELS = {"llama-2-7b-chat": ("llama-2-7b", 32000), "selfrag-llama2-7b": ("llama-2-7b", 32016)}
 
 
 def prompts(n: int):
@@ -146,6 +152,7 @@ def child(args) -> None:
     out["ig_point_s"] = statistics.mean(seconds) / IGSettings().steps
     out["ig_question_tokens"] = statistics.mean(len(lm.encode(p)[0]) for p in bare)
     out["threads"] = torch.get_num_threads() if args.device == "cpu" else None
+    out["torch"] = torch.__version__
     print(json.dumps(out))
 
 
@@ -194,6 +201,21 @@ def index_build(passages_tsv: Path, scratch: Path) -> dict:
     return {"passages": int(done["passages"]), "corpus_s": convert, "index_s": build}
 
 
+def paper_models() -> dict[str, int]:
+    """The parameters of each of PAPER_MODELS, counted on the meta device (nothing allocated)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from model_args import SHAPES
+
+    counted = {}
+    for name, (shape, vocabulary) in PAPER_MODELS.items():
+        with torch.device("meta"):
+            model = LlamaForCausalLM(LlamaConfig(**SHAPES[shape], vocab_size=vocabulary))
+        counted[name] = sum(p.numel() for p in model.parameters())
+    return counted
+
+
 def hardware(device: str) -> str:
     if device.startswith("cuda"):
         import torch
@@ -213,10 +235,17 @@ def main() -> int:
                         help="also time building the demo's corpus and BM25 index (and the shared profile's)")
     parser.add_argument("--ig-questions", type=int, default=4, help="bare questions attributed (default 4)")
     parser.add_argument("--write", metavar="NAME", help="store the entry as devices.NAME of the units table")
+    parser.add_argument("--models-only", action="store_true",
+                        help="only count the parameters of PAPER_MODELS into the table's models: (no measurement)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
+        return 0
+    if args.models_only:
+        from adaptive_rag.planning.units import write_models
+
+        print(f"{write_models(paper_models())}: models {', '.join(PAPER_MODELS)} written")
         return 0
     require_model(args.model_dir)
     load = os.getloadavg()[0]
@@ -248,17 +277,18 @@ def main() -> int:
     entry = {
         "device": args.device.split(":")[0], "hardware": hardware(args.device),
         "model": model_name(args) if args.random_init else args.model_dir.name, "dtype": args.dtype,
-        "parameters": model["parameters"], "threads": model["threads"],
+        "parameters": model["parameters"], "threads": model["threads"], "torch": model["torch"],
         "date": datetime.date.today().isoformat(),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                  cwd=REPO).stdout.strip() or None,
         "command": "python benchmarks/unit_costs.py " + " ".join(sys.argv[1:]),
-        "load_average": round(load, 2), "units": round_units(units),
+        "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],  # 1 minute's, at the start and the end
+        "units": round_units(units),
     }
     if args.write:
         from adaptive_rag.planning.units import write_entry
 
-        path = write_entry(args.write, entry)
+        path = write_entry(args.write, entry, paper_models())
         print(f"{path}: devices.{args.write} written")
     import yaml
 

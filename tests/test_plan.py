@@ -28,7 +28,7 @@ UNITS = {
     "devices": {"hand": {
         "device": "cpu", "hardware": "by hand", "threads": 2, "model": "smollm2-135m-instruct", "dtype": "float32",
         "parameters": 100, "date": "2026-11-28", "commit": "abc1234", "command": "written by hand",
-        "load_average": 0.0,
+        "torch": "2.13.0", "load_average": [0.5, 0.25],
         "units": {"process_start_s": 5, "light_job_s": 1, "model_load_s": 2, "materialise_s": 20, "call_s": 0.1,
                   "prefill_token_s": 0.01, "decode_step_s": {1: 0.5, 2: 0.8, 4: 1.2}, "decode_extras_ratio": 1.5,
                   "sample_step_s": {10: 1.0}, "ig_point_s": 0.25, "ig_question_tokens": 12, "prefix_tokens": 100,
@@ -78,13 +78,15 @@ def test_a_small_profile_projects_to_the_hand_computed_cost(tmp_path, monkeypatc
     # build's measured cache share (1 hit in 2 calls, and this profile runs its methods) halves the work;
     # 4 searches of 0.2 s on the 344-passage index.
     sr = 8 + 3 + (60 * 0.8 + 0.4 + 10) * 0.5 + 4 * 0.2
-    # 2 scores, 1 split, the report at 1 s; the bundled model 20 s; corpus and index of 344 passages,
-    # linear between the builds of 100 and 1000: 1 + 9 x 244 / 900 and 2 + 18 x 244 / 900.
-    other = 4 * 1 + 20 + (1 + 9 * 244 / 900) + (2 + 18 * 244 / 900)
+    # 2 scores, 1 split, the report and the trace explorer's page at 1 s each; the bundled model 20 s; corpus
+    # and index of 344 passages, linear between the builds of 100 and 1000: 1 + 9 x 244 / 900 = 3.44 and
+    # 2 + 18 x 244 / 900 = 6.88.
+    other = 5 * 1 + 20 + (1 + 9 * 244 / 900) + (2 + 18 * 244 / 900)
     assert got.groups[("main experiment", "wo-rag")].seconds == pytest.approx(wo + 1)  # + its score job
     assert got.groups[("main experiment", "sr-rag")].seconds == pytest.approx(sr + 1)
-    assert got.total.seconds == pytest.approx(wo + sr + other) == pytest.approx(121.32)
-    assert got.total.jobs == 9 and got.default.seconds == pytest.approx(got.total.seconds)
+    # wo 8 + 32 + 0.4 + 4 + 0.2 + 1.4 = 46; sr 8 + 3 + 58.4 x 0.5 + 0.8 = 41; other 5 + 20 + 3.44 + 6.88 = 35.32
+    assert got.total.seconds == pytest.approx(wo + sr + other) == pytest.approx(122.32)
+    assert got.total.jobs == 10 and got.default.seconds == pytest.approx(got.total.seconds)
     main = got.groups[("main experiment", "sr-rag")]
     assert (main.questions, main.prefill, main.decode, main.retrievals, main.cached) == (4, 1000, 120, 4, 2)
     assert got.groups[("main experiment", "wo-rag")].decode == 90 and got.unpriced == []
@@ -95,7 +97,7 @@ def test_a_small_profile_projects_to_the_hand_computed_cost(tmp_path, monkeypatc
     assert cli.main(["plan", "--params", "tiny.yaml", "--units", str(units_file), "--counts", str(counts_file)]) == 0
     out = capsys.readouterr().out
     assert "| sr-rag | 2 | 4 | 1.0k | 120 | 0 | 0 | 4 | 50 % | 0.0117 | 1, 2 |" in out
-    assert "**`snakemake --cores all`: 9 jobs, 0.0337 hours (121 s).**" in out
+    assert "**`snakemake --cores all`: 10 jobs, 0.034 hours (122 s).**" in out
     assert "1. measured (tiny@abc1234)" in out and "Units: devices.hand of the unit-cost table: cpu, by hand" in out
 
 
@@ -151,10 +153,10 @@ def test_every_calibrating_type_says_what_its_calibration_runs():
 
 
 def test_units_refuse_an_unknown_device_or_model():
-    with pytest.raises(InputError, match="--device 'gpu': the unit-cost table measures hand"):
-        units.units_for(UNITS, "gpu", "big", "cpu")
-    with pytest.raises(InputError, match="model.name 'llama': its parameter count is not under models:"):
-        units.units_for(UNITS, None, "llama", "cpu")
+    with pytest.raises(InputError, match="--device 'gpu': units.yaml measures hand$"):
+        units.units_for(UNITS, "gpu", "big", "cpu", Path("units.yaml"))
+    with pytest.raises(InputError, match="model.name 'llama': its parameter count is not under models: of units.yaml"):
+        units.units_for(UNITS, None, "llama", "cpu", Path("units.yaml"))
     assert units.interpolate({1: 0.5, 2: 0.8, 4: 1.2}, 3) == pytest.approx(1.0)
     assert units.interpolate({1: 0.5, 2: 0.8, 4: 1.2}, 8) == pytest.approx(2.0)  # the last segment's line
 

@@ -83,7 +83,7 @@ def cmd_plan(args) -> None:
     name = args.profile or next((p for p in profiles() if (PROFILES_DIR / f"{p}.yaml").read_text(encoding="utf-8")
                                  == text), path.stem)
     table = units.load_table(Path(args.units))
-    chosen = units.units_for(table, args.device, params.model.name, params.model.device)
+    chosen = units.units_for(table, args.device, params.model.name, params.model.device, Path(args.units))
     runs = counts.load_table(Path(args.counts))
     print(render(params, project(params, runs, chosen, name), chosen, args.counts), end="")
 

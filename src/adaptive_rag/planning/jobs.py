@@ -3,9 +3,10 @@
 The plan prices jobs before anything is built, so it cannot ask Snakemake (a dry run needs the
 profile installed as params.yaml and its input files present). It walks the same dependencies the
 rules declare instead, from the parsed params: the default target (every experiment run, scored and
-reported), every ablation's table or figure, and what each of those reads (splits, the index a run
-searches, calibrations, DioR's and RaDIO's detectors, Adaptive-RAG's classifier and the runs that
-label it, Adaptive Retrieval's popularity files, downloads). `tests/test_plan.py` keeps the per-rule
+reported, and the trace explorer's page of each experiment dataset), every ablation's table or figure,
+and what each of those reads (splits, the index a run searches, calibrations, DioR's and RaDIO's
+detectors, Adaptive-RAG's classifier and the runs that label it, Adaptive Retrieval's popularity
+files, downloads). `tests/test_plan.py` keeps the per-rule
 counts equal to a Snakemake dry run's for every profile in params/, so a rule added to the workflow
 without a line here fails there.
 """
@@ -200,6 +201,8 @@ def suite_jobs(params: Params, ablations: bool = True) -> list[Job]:
     walk = _Walk(params)
     walk.add(Job("report"))
     for dataset in params.experiment_datasets:
+        walk.add(Job("explorer_page", dataset))  # the trace explorer's page: the runs and the corpus
+        walk.corpus()
         for method in params.experiment_methods:
             walk.score(dataset, method)
     for name in params.ablations if ablations else ():

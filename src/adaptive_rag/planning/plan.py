@@ -53,7 +53,7 @@ CALIBRATION_WORK = {
 STAND_INS = {"radio": "dragin", "dior": "dragin", "adaptive-rag": "fs-rag", "adaptive-retrieval": "sr-rag",
              "weighted-threshold": "scaar"}
 EXTRAS = {"attentions", "entropy", "hidden_states"}  # per-token reads that make a decode step dearer
-LIGHT_RULES = {"split", "score", "report", "ablation", "sugar_entropy_levels", "complexity_labels",
+LIGHT_RULES = {"split", "score", "report", "explorer_page", "ablation", "sugar_entropy_levels", "complexity_labels",
                "train_early_detector", "train_realtime_detector", "train_radio_detector", "significance"}
 
 
@@ -469,7 +469,8 @@ def render(params: Params, projection: Projection, units: Units, counts_path: st
     lines.append(f"Units: devices.{units.name} of the unit-cost table: {entry['device']}, {entry['hardware']}"
                  f"{', ' + str(entry['threads']) + ' threads' if entry.get('threads') else ''}; {entry['model']} "
                  f"{entry['dtype']}, measured {entry['date']} at commit {entry['commit']} "
-                 f"(`{entry['command']}`, load average {entry['load_average']} before).")
+                 f"with torch {entry['torch']} (`{entry['command']}`; 1-minute load average "
+                 f"{' at the start, '.join(map(str, entry['load_average']))} at the end).")
     if units.scaled:
         lines.append(f"The profile's model {units.model} was not measured there: its per-token costs are "
                      f"{entry['model']}'s scaled by parameters ({units.parameters:,} / {entry['parameters']:,} = "

@@ -27,7 +27,9 @@ HEADER = """\
 # a plain one, at 8 rows), sample_step_s (per step of k sampled rows of one prompt, by k), ig_point_s (one
 # Integrated-Gradients point of a bare question of ig_question_tokens tokens), retriever_open_s and
 # search_s (BM25, by the index's passages), index_build (corpus conversion and BM25 indexing, by passages).
-# models.<name>: parameters, for scaling a model no entry measured.
+# load_average: the machine's 1-minute load average at the start and the end of the measurement.
+# models.<name>: parameters, for scaling a model no entry measured (the measured model's, and the profiles'
+# 7B models counted from their shapes: benchmarks/unit_costs.py's PAPER_MODELS).
 """
 PER_TOKEN = ("model_load_s", "prefill_token_s", "ig_point_s")  # scale with the model's parameters
 
@@ -52,14 +54,20 @@ def load_table(path: Path = TABLE) -> dict:
     return data
 
 
-def write_entry(name: str, entry: dict, path: Path = TABLE) -> Path:
+def write_entry(name: str, entry: dict, models: dict | None = None, path: Path = TABLE) -> Path:
+    """Store a device's entry as devices.NAME, with its model's parameters (and `models`') under models:."""
+    data = load_table(path) if path.is_file() else {"devices": {}, "models": {}}
+    data["devices"][name] = entry
+    return write_models({entry["model"]: entry["parameters"], **(models or {})}, path, data)
+
+
+def write_models(models: dict, path: Path = TABLE, data: dict | None = None) -> Path:
     import yaml
 
     from ..io import atomic_write
 
-    data = load_table(path) if path.is_file() else {"devices": {}, "models": {}}
-    data["devices"][name] = entry
-    data.setdefault("models", {}).setdefault(entry["model"], entry["parameters"])
+    data = data or load_table(path)
+    data.setdefault("models", {}).update(models)
     with atomic_write(path) as handle:
         handle.write(HEADER + yaml.safe_dump(data, sort_keys=False, width=110))
     return path
@@ -121,18 +129,17 @@ class Units:
         return sum(interpolate({b["passages"]: b[key] for b in builds}, passages) for key in ("corpus_s", "index_s"))
 
 
-def units_for(table: dict, device: str | None, model: str, model_device: str) -> Units:
+def units_for(table: dict, device: str | None, model: str, model_device: str, path: Path = TABLE) -> Units:
     """The entry named `device` (default: the first measured on the profile's kind of device, else the
-    first), scaled to `model`."""
+    first) of the table read from `path`, scaled to `model`."""
     devices = table["devices"]
     if device is None:
         kind = model_device.split(":")[0]
         device = next((n for n, e in devices.items() if e.get("device") == kind), next(iter(devices)))
     if device not in devices:
-        raise InputError(f"--device {device!r}: the unit-cost table measures {', '.join(devices)}")
+        raise InputError(f"--device {device!r}: {path} measures {', '.join(devices)}")
     entry = devices[device]
     parameters = (table.get("models") or {}).get(model)
     if parameters is None:
-        raise InputError(f"model.name {model!r}: its parameter count is not under models: of the unit-cost table "
-                         f"({TABLE}); add it there")
+        raise InputError(f"model.name {model!r}: its parameter count is not under models: of {path}; add it there")
     return Units(device, entry, int(parameters), model)
