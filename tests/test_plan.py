@@ -6,6 +6,7 @@ table; the job list is checked against Snakemake's own dry run for every profile
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from adaptive_rag.errors import InputError
 from adaptive_rag.planning import counts, units
 from adaptive_rag.planning.counts import RunCounts, Work, question_work, shared_prefix
 from adaptive_rag.planning.jobs import rule_counts, suite_jobs
-from adaptive_rag.planning.plan import CALIBRATION_WORK, budget_scaled, part, project
+from adaptive_rag.planning.plan import CALIBRATION_WORK, Planner, Source, budget_scaled, part, project
 
 from conftest import REPO, copy_workflow, planned_jobs
 
@@ -99,6 +100,12 @@ def test_a_small_profile_projects_to_the_hand_computed_cost(tmp_path, monkeypatc
     assert "| sr-rag | 2 | 4 | 1.0k | 120 | 0 | 0 | 4 | 50 % | 0.0117 | 1, 2 |" in out
     assert "**`snakemake --cores all`: 10 jobs, 0.034 hours (122 s).**" in out
     assert "1. measured (tiny@abc1234)" in out and "Units: devices.hand of the unit-cost table: cpu, by hand" in out
+    assert "## Each job" not in out
+    assert cli.main(["plan", "--params", "tiny.yaml", "--units", str(units_file), "--counts", str(counts_file),
+                     "--jobs"]) == 0
+    out = capsys.readouterr().out
+    assert "| generate demo-small/sr-rag | 41.0 | measured (tiny@abc1234) |" in out  # sr above
+    assert "| explorer_page demo-small | 1.0 | measured floor of a job loading no model |" in out
 
 
 def test_a_larger_model_and_budget_scale_what_stopped_at_the_budget(tmp_path, monkeypatch):
@@ -119,6 +126,17 @@ def test_a_larger_model_and_budget_scale_what_stopped_at_the_budget(tmp_path, mo
     work = steps * 8 + 4 * 0.1 + 40 * 0.1
     assert got.groups[("main experiment", "wo-rag")].seconds == pytest.approx(5 + 20 + 10 + work + 1)
     assert table.scaled and table.scale == 10
+
+
+def test_the_cache_credits_at_most_one_first_step_per_question(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    wo, sr = hand_counts()
+    sr = replace(sr, hits={"generate": [5, 1]})
+    planner = Planner(load_params(tiny_params(tmp_path)), [wo, sr],
+                      units.units_for(UNITS, None, "smollm2-135m-instruct", "cpu"), "tiny")
+    # 5 hits in 6 calls of 2 questions: 2 can be another method's first step; the other 3 were served by an
+    # earlier attempt of that build, which a fresh build does not have: 2 / 6
+    assert planner.cache_share("demo-small", Source((sr,), "measured")) == pytest.approx(2 / 6)
 
 
 def test_counts_are_read_off_a_trace():
@@ -159,6 +177,32 @@ def test_units_refuse_an_unknown_device_or_model():
         units.units_for(UNITS, None, "llama", "cpu", Path("units.yaml"))
     assert units.interpolate({1: 0.5, 2: 0.8, 4: 1.2}, 3) == pytest.approx(1.0)
     assert units.interpolate({1: 0.5, 2: 0.8, 4: 1.2}, 8) == pytest.approx(2.0)  # the last segment's line
+
+
+def test_plan_fails_with_one_line_naming_the_key_or_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    tiny_params(tmp_path)
+    good, counts_file = tmp_path / "units.yaml", tmp_path / "counts.jsonl"
+    good.write_text(yaml.safe_dump(UNITS))
+    counts.write_table(hand_counts(), counts_file)
+    no_torch, no_steps = yaml.safe_load(good.read_text()), yaml.safe_load(good.read_text())
+    del no_torch["devices"]["hand"]["torch"]
+    del no_steps["devices"]["hand"]["units"]["decode_step_s"]
+    (tmp_path / "no-torch.yaml").write_text(yaml.safe_dump(no_torch))
+    (tmp_path / "no-steps.yaml").write_text(yaml.safe_dump(no_steps))
+    big = tmp_path / "big.yaml"
+    big.write_text((tmp_path / "tiny.yaml").read_text().replace("name: smollm2-135m-instruct", "name: mystery-7b"))
+    cases = [(["--device", "gpu"], f"--device 'gpu': {good} measures hand"),
+             (["--units", "no-torch.yaml"], "no-torch.yaml: devices.hand has no torch; `python benchmarks/"),
+             (["--units", "no-steps.yaml"], "no-steps.yaml: devices.hand.units has no decode_step_s; rerun "),
+             (["--counts", "absent.jsonl"], "absent.jsonl: missing; `python benchmarks/question_counts.py` writes"),
+             (["--params", "big.yaml"], f"model.name 'mystery-7b': its parameter count is not under models: of {good}"),
+             (["--profile", "nope"], "no profile 'nope' in params/; available: none")]
+    for extra, message in cases:
+        argv = ["plan", "--params", "tiny.yaml", "--units", str(good), "--counts", str(counts_file), *extra]
+        assert cli.main(argv) == 2, extra
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1, (extra, err)
 
 
 @pytest.mark.parametrize("name", PROFILES)

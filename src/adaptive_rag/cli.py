@@ -85,7 +85,7 @@ def cmd_plan(args) -> None:
     table = units.load_table(Path(args.units))
     chosen = units.units_for(table, args.device, params.model.name, params.model.device, Path(args.units))
     runs = counts.load_table(Path(args.counts))
-    print(render(params, project(params, runs, chosen, name), chosen, args.counts), end="")
+    print(render(params, project(params, runs, chosen, name), chosen, args.counts, args.jobs), end="")
 
 
 def _write_dvc_yaml(params, path: str) -> None:
@@ -670,6 +670,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--counts", default=str(PLAN_COUNTS), help="the per-question counts table (default: the "
                                                                "package's question_counts.jsonl, written by "
                                                                "benchmarks/question_counts.py)")
+    p.add_argument("--jobs", action="store_true", help="also list every job with its projected seconds and basis")
     p = step("dvc-yaml", cmd_dvc_yaml, "write dvc.yaml from params.yaml: one DVC stage per shared artifact "
                                        "(model, corpus, indexes, splits, experiment runs, report, each ablation)")
     p.add_argument("--out", default=DVC_YAML, help="the file to write (default: dvc.yaml)")

@@ -17,7 +17,9 @@ The call cache is credited in two ways: a run whose settings equal an earlier ru
 questions (an ablation variant repeating a configuration, a nested sample of the same dataset) costs
 nothing for those questions; and a run whose counts come from a build that ran the same set of methods
 on its dataset gets that build's measured share of calls served by the cache (methods share first
-steps: SR-RAG's and FS-RAG's first call, for one). Calibrations, SeaKR's sweep and the detectors' data
+steps: SR-RAG's and FS-RAG's first call, for one), counting at most one hit per question: only a first
+step is shared between methods, so further hits came from an earlier attempt of that build, which a
+fresh build does not have. Calibrations, SeaKR's sweep and the detectors' data
 are priced from the work of the method types they run (`CALIBRATION_WORK`) or, where no run measures
 them, from their settings (marked so). Jobs nothing measures (downloads, dense encoders of unknown
 size) are listed as not projected.
@@ -250,7 +252,8 @@ class Planner:
             ran = {r.method for r in self.runs if r.source == run.source and r.dataset == run.dataset}
             if ran <= here:
                 for h, m in run.hits.values():
-                    hits, misses = hits + h, misses + m
+                    shared = min(h, len(run.questions))  # one first step per question (module docstring)
+                    hits, misses = hits + shared, misses + m + h - shared
             else:
                 misses += sum(m + h for h, m in run.hits.values())
         return hits / (hits + misses) if hits + misses else 0.0
@@ -420,6 +423,7 @@ class Projection:
     default: Cost  # `snakemake --cores all`: the main experiment and what it needs
     total: Cost
     unpriced: list[str]
+    jobs: list[tuple[Job, Cost]] = field(default_factory=list)  # each job's own cost, in pricing order
 
 
 def project(params: Params, runs: list[RunCounts], units: Units, profile: str,
@@ -432,17 +436,19 @@ def project(params: Params, runs: list[RunCounts], units: Units, profile: str,
     order = {name: i for i, name in enumerate([*params.experiment_methods, *params.ablations])}
     groups: dict[tuple[str, str], Cost] = {}
     by_type: dict[str, Cost] = {}
+    priced: list[tuple[Job, Cost]] = []
     total, default_cost = Cost(), Cost()
     # the experiment's runs first: a later identical run is the one the call cache serves
     for job in sorted(jobs, key=lambda j: (rank[owner[j][0]], order.get(owner[j][1], 0), j)):
         cost = planner.job(job)
+        priced.append((job, cost))
         groups.setdefault(owner[job], Cost()).add(cost)
         if job.rule in ("generate", "calibrate"):
             by_type.setdefault(params.method(job.method).type, Cost()).add(cost)
         total.add(cost)
         if job in default:
             default_cost.add(cost)
-    return Projection(groups, by_type, default_cost, total, planner.unpriced)
+    return Projection(groups, by_type, default_cost, total, planner.unpriced, priced)
 
 
 def _number(value: float) -> str:
@@ -461,7 +467,7 @@ def _hours(seconds: float) -> str:
     return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
 
 
-def render(params: Params, projection: Projection, units: Units, counts_path: str) -> str:
+def render(params: Params, projection: Projection, units: Units, counts_path: str, per_job: bool = False) -> str:
     """The plan as markdown: the units' device, a row per experiment method, per ablation and per other kind
     of job, the method types' share, the totals, the bases of the counts and what is not projected."""
     entry = units.entry
@@ -518,4 +524,8 @@ def render(params: Params, projection: Projection, units: Units, counts_path: st
         lines += ["", f"Not projected ({len(projection.unpriced)} jobs, counted as 0 hours):"]
         lines += [f"- {why}: {len(jobs)} job{'s' * (len(jobs) > 1)} ({', '.join(jobs[:3])}{', ...' * (len(jobs) > 3)})"
                   for why, jobs in reasons.items()]
+    if per_job:
+        lines += ["", "## Each job", "", "| job | seconds | basis |", "|---|--:|---|"]
+        lines += [f"| {describe(job)} | {cost.seconds:.1f} | {', '.join(sorted(cost.basis))} |"
+                  for job, cost in sorted(projection.jobs, key=lambda jc: jc[0])]
     return "\n".join(lines) + "\n"

@@ -32,6 +32,9 @@ HEADER = """\
 # 7B models counted from their shapes: benchmarks/unit_costs.py's PAPER_MODELS).
 """
 PER_TOKEN = ("model_load_s", "prefill_token_s", "ig_point_s")  # scale with the model's parameters
+# What an entry says about its measurement (the plan prints it) besides its units.
+ENTRY_KEYS = ("device", "hardware", "model", "dtype", "parameters", "date", "commit", "torch", "command",
+              "load_average", "units")
 
 
 def round_units(value: Any) -> Any:
@@ -92,6 +95,7 @@ class Units:
     entry: dict
     parameters: int
     model: str
+    path: Path = TABLE  # the table it was read from (errors name it)
 
     @property
     def scale(self) -> float:
@@ -104,16 +108,16 @@ class Units:
     def get(self, key: str) -> Any:
         units = self.entry["units"]
         if key not in units:
-            raise InputError(f"unit-cost table: devices.{self.name}.units has no {key}; rerun "
+            raise InputError(f"{self.path}: devices.{self.name}.units has no {key}; rerun "
                              f"benchmarks/unit_costs.py --write {self.name} with the options that measure it")
         return units[key] * self.scale if key in PER_TOKEN else units[key]
 
     def decode_step(self, rows: float, extras: bool = False) -> float:
-        step = interpolate(self.entry["units"]["decode_step_s"], rows) * self.scale
-        return step * (self.entry["units"].get("decode_extras_ratio", 1.0) if extras else 1.0)
+        step = interpolate(self.get("decode_step_s"), rows) * self.scale
+        return step * (self.get("decode_extras_ratio") if extras else 1.0)
 
     def sample_step(self, rows: float) -> float:
-        return interpolate(self.entry["units"]["sample_step_s"], rows) * self.scale
+        return interpolate(self.get("sample_step_s"), rows) * self.scale
 
     def search(self, passages: int) -> float:
         """Seconds per BM25 search, at the measured index nearest in size (BM25's cost grows with the
@@ -139,7 +143,11 @@ def units_for(table: dict, device: str | None, model: str, model_device: str, pa
     if device not in devices:
         raise InputError(f"--device {device!r}: {path} measures {', '.join(devices)}")
     entry = devices[device]
+    missing = [key for key in ENTRY_KEYS if key not in (entry or {})]
+    if missing:
+        raise InputError(f"{path}: devices.{device} has no {', '.join(missing)}; "
+                         f"`python benchmarks/unit_costs.py --write {device}` writes a whole entry")
     parameters = (table.get("models") or {}).get(model)
     if parameters is None:
         raise InputError(f"model.name {model!r}: its parameter count is not under models: of {path}; add it there")
-    return Units(device, entry, int(parameters), model)
+    return Units(device, entry, int(parameters), model, path)
