@@ -16,6 +16,9 @@ Measures, for one model on one device, in fresh processes:
   conversion and BM25 indexing of the demo's passages and, when ../shared/data is there, the shared
   profile's 8,112, then opening and searching the indexes just built.
 
+`--batches`, `--sample-rows`, `--steps`, `--repeats`, `--ig-questions` and `--corpus` cut the work down
+(fewer shapes, one timing each) where the machine is too busy for the full measurement to finish.
+
 `--write NAME` stores the entry under `devices: NAME` in src/adaptive_rag/planning/unit_costs.yaml with
 the hardware, date, commit and this command, and the parameter counts of the profiles' 7B models under
 `models:` (counted on PyTorch's meta device from their shapes: `PAPER_MODELS`; `--models-only` writes
@@ -45,9 +48,9 @@ sys.path.insert(0, str(REPO / "src"))
 
 from model_args import add_model_arguments, model_argv, model_name, require_model  # noqa: E402
 
-BATCHES = (1, 2, 4, 8, 16, 32)
-SAMPLE_ROWS = (10, 20)
-SHORT, LONG = 8, 40  # the two token budgets whose difference is (LONG - SHORT) decode steps
+BATCHES = (1, 2, 4, 8, 16, 32)  # rows decoding together (--batches)
+SAMPLE_ROWS = (10, 20)  # sampled rows of one prompt (--sample-rows)
+SHORT, STEPS = 8, 32  # a decode step's time: two token budgets, SHORT and SHORT + STEPS (--steps), apart
 PREFILL_LENGTHS = (32, 160, 320)  # question-specific prompt tokens
 DEMO = REPO / "data/demo"
 # The profiles' models no entry measures, by name: (their shape in model_args.SHAPES, their vocabulary: the
@@ -106,38 +109,40 @@ def child(args) -> None:
     sync()
     out = {"model_load_s": time.perf_counter() - start, "parameters": sum(p.numel() for p in lm.model.parameters())}
     lm.eos_ids = set()  # every row runs its whole budget: the steps are counted, not the answers
-    base = prompts(max(BATCHES))
-    lm.generate(base[:8], SHORT)  # warm: the shared prefix is encoded once, kernels (and graphs) ready
+    short, long = SHORT, SHORT + args.steps
+    base = prompts(max(max(args.batches), 8))
+    lm.generate(base[:8], short)  # warm: the shared prefix is encoded once, kernels (and graphs) ready
     ids, shared = lm.encode(base[0])
     out["prefix_tokens"] = shared
 
-    def steps_time(rows: list, extras=Extras(), repeats: int = 2) -> float:
-        """Seconds per decode step of len(rows) rows: (LONG - SHORT) budgets apart, the best of `repeats`."""
+    def steps_time(rows: list, extras=Extras()) -> float:
+        """Seconds per decode step of len(rows) rows: `--steps` budgets apart, the best of `--repeats`."""
         lm.batch_size = len(rows)
-        lm.generate(rows, SHORT, extras=extras)  # warm this batch shape
+        lm.generate(rows, short, extras=extras)  # warm this batch shape
         best = []
-        for budget in (SHORT, LONG):
-            best.append(min(timed(lambda: (lm.generate(rows, budget, extras=extras), sync())) for _ in range(repeats)))
-        return (best[1] - best[0]) / (LONG - SHORT)
+        for budget in (short, long):
+            best.append(min(timed(lambda: (lm.generate(rows, budget, extras=extras), sync()))
+                            for _ in range(args.repeats)))
+        return (best[1] - best[0]) / (long - short)
 
-    out["decode_step_s"] = {b: steps_time(base[:b]) for b in BATCHES}
+    out["decode_step_s"] = {b: steps_time(base[:b]) for b in args.batches}
     out["decode_extras_ratio"] = steps_time(base[:8], Extras(entropy=True, attention_layer=-1)) / out["decode_step_s"][8]
 
     def sample_time(k: int) -> float:
         params = SamplingParams(n=k, seed=0)
-        lm.sample(base[0], params, SHORT)
-        best = [min(timed(lambda: (lm.sample(base[0], params, budget), sync())) for _ in range(2))
-                for budget in (SHORT, LONG)]
-        return (best[1] - best[0]) / (LONG - SHORT)
+        lm.sample(base[0], params, short)
+        best = [min(timed(lambda: (lm.sample(base[0], params, budget), sync())) for _ in range(args.repeats))
+                for budget in (short, long)]
+        return (best[1] - best[0]) / (long - short)
 
-    out["sample_step_s"] = {k: sample_time(k) for k in SAMPLE_ROWS}
+    out["sample_step_s"] = {k: sample_time(k) for k in args.sample_rows}
 
     lm.batch_size = 8
     points = []
     for length in PREFILL_LENGTHS:
         rows = [padded(lm, p, length) for p in base[:8]]
         lm.generate([p for p, _ in rows], 1)
-        seconds = min(timed(lambda: (lm.generate([p for p, _ in rows], 1), sync())) for _ in range(2))
+        seconds = min(timed(lambda: (lm.generate([p for p, _ in rows], 1), sync())) for _ in range(args.repeats))
         points.append((statistics.mean(n for _, n in rows), seconds / len(rows)))
     slope, intercept = statistics.linear_regression([x for x, _ in points], [y for _, y in points])
     out["prefill_token_s"], out["call_s"] = slope, max(intercept, 0.0)
@@ -234,6 +239,15 @@ def main() -> int:
     parser.add_argument("--build-index", action="store_true",
                         help="also time building the demo's corpus and BM25 index (and the shared profile's)")
     parser.add_argument("--ig-questions", type=int, default=4, help="bare questions attributed (default 4)")
+    parser.add_argument("--batches", type=int, nargs="+", default=list(BATCHES),
+                        help=f"rows decoding together whose step is timed (default {' '.join(map(str, BATCHES))})")
+    parser.add_argument("--sample-rows", type=int, nargs="+", default=list(SAMPLE_ROWS),
+                        help=f"sampled rows of one prompt whose step is timed (default {' '.join(map(str, SAMPLE_ROWS))})")
+    parser.add_argument("--steps", type=int, default=STEPS, help=f"decode steps between the two budgets (default {STEPS})")
+    parser.add_argument("--repeats", type=int, default=2, help="timings of each, the best kept (default 2)")
+    parser.add_argument("--corpus", type=Path, action="append",
+                        help="with --build-index: a passages TSV to build from (repeatable; default the demo's and "
+                             "../shared/data's)")
     parser.add_argument("--write", metavar="NAME", help="store the entry as devices.NAME of the units table")
     parser.add_argument("--models-only", action="store_true",
                         help="only count the parameters of PAPER_MODELS into the table's models: (no measurement)")
@@ -249,14 +263,20 @@ def main() -> int:
         return 0
     require_model(args.model_dir)
     load = os.getloadavg()[0]
-    command = [sys.executable, __file__, "--child", *model_argv(args), "--ig-questions", str(args.ig_questions)]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=REPO).stdout.strip() or None  # the code measured (read before, not after)
+    command = [sys.executable, __file__, "--child", *model_argv(args), "--ig-questions", str(args.ig_questions),
+               "--batches", *map(str, args.batches), "--sample-rows", *map(str, args.sample_rows),
+               "--steps", str(args.steps), "--repeats", str(args.repeats)]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if done.returncode:
         sys.exit(f"error: the measuring process failed ({done.returncode}):\n{done.stderr[-3000:]}")
     model = json.loads(done.stdout.strip().splitlines()[-1])
     units = {
-        "process_start_s": in_fresh_process("import torch, transformers, adaptive_rag.runner, adaptive_rag.lm.hf"),
-        "light_job_s": in_fresh_process("import adaptive_rag.cli, adaptive_rag.config, adaptive_rag.reports.tables"),
+        "process_start_s": in_fresh_process("import torch, transformers, adaptive_rag.runner, adaptive_rag.lm.hf",
+                                            args.repeats),
+        "light_job_s": in_fresh_process("import adaptive_rag.cli, adaptive_rag.config, adaptive_rag.reports.tables",
+                                        args.repeats),
         **{k: model[k] for k in ("model_load_s", "call_s", "prefill_token_s", "decode_step_s", "decode_extras_ratio",
                                  "sample_step_s", "ig_point_s", "ig_question_tokens", "prefix_tokens")},
     }
@@ -266,7 +286,7 @@ def main() -> int:
             units["materialise_s"] = timed(lambda: subprocess.run(  # the `model` job of a pypi: source
                 [sys.executable, "-m", "adaptive_rag", "--params", str(REPO / "params/demo.yaml"), "model", "--out",
                  str(Path(tmp) / "model")], check=True, capture_output=True, cwd=REPO))
-            corpora = [DEMO / "psgs_demo.tsv", REPO.parent / "shared/data/wikipedia/psgs_w100_sample.tsv"]
+            corpora = args.corpus or [DEMO / "psgs_demo.tsv", REPO.parent / "shared/data/wikipedia/psgs_w100_sample.tsv"]
             units["index_build"] = [index_build(tsv, Path(tmp)) for tsv in corpora if tsv.is_file()]
             retrievers += [retrieval(Path(tmp) / f"{tsv.stem}-bm25") for tsv in corpora if tsv.is_file()]
     if retrievers:  # the indexes given and those just built
@@ -279,8 +299,7 @@ def main() -> int:
         "model": model_name(args) if args.random_init else args.model_dir.name, "dtype": args.dtype,
         "parameters": model["parameters"], "threads": model["threads"], "torch": model["torch"],
         "date": datetime.date.today().isoformat(),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                 cwd=REPO).stdout.strip() or None,
+        "commit": commit,
         "command": "python benchmarks/unit_costs.py " + " ".join(sys.argv[1:]),
         "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],  # 1 minute's, at the start and the end
         "units": round_units(units),

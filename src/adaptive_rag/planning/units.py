@@ -114,7 +114,8 @@ class Units:
 
     def decode_step(self, rows: float, extras: bool = False) -> float:
         step = interpolate(self.get("decode_step_s"), rows) * self.scale
-        return step * (self.get("decode_extras_ratio") if extras else 1.0)
+        # a ratio under 1 is timing noise (the reads only add work): such a step costs a plain one
+        return step * (max(1.0, self.get("decode_extras_ratio")) if extras else 1.0)
 
     def sample_step(self, rows: float) -> float:
         return interpolate(self.get("sample_step_s"), rows) * self.scale
