@@ -4,9 +4,16 @@
 here: for every run directory given (data/runs/<dataset>/<method>/ with trace.jsonl and provenance.json),
 each question's greedy calls and their decode steps, sampling calls, prompt tokens prefilled,
 retrievals and Integrated-Gradients points (src/adaptive_rag/planning/counts.py says how each is read),
-with the run's token budget, batch shape and call-cache hits. The runs of one build share a source name,
-`<profile>@<commit>` (the commit from the runs' provenance). Entries of the same source, dataset and
-method are replaced; the rest of the table is kept.
+with the run's token budget, batch shape, call-cache hits, model and questions' file. The runs given
+together are one build and share a source name, `<profile>@<commit>`: the commit of the run that
+finished last (a build made over several commits, like the demo's, is named by its newest). Entries of
+the same profile, dataset and method are replaced; the rest of the table is kept.
+
+Sampling methods are read the same way: SUGAR's step keeps its M sampled answers (one sampling call of
+M rows) before the branch it chose, whose calls and retrievals follow; SeaKR's steps keep their k
+samples beside the greedy text. A profile's runs on its own questions are the best counts for it; the
+demo's questions (data/demo/) are synthetic and over the demo's corpus, not the shared profile's
+benchmark samples, and the plan says which build each method's counts come from.
 
 Reading a trace needs the model's tokenizer (SeaKR's and SUGAR's steps keep texts, not tokens, and the
 prompt's length is measured on its text) and the corpus (the passages' lengths).
@@ -50,7 +57,14 @@ def encode_prompt(tokenizer, prompt) -> list[int]:
     return list(tokenizer(prompt)["input_ids"])
 
 
-def run_counts(run_dir: Path, profile: str, tokenizer, corpus: Path) -> RunCounts:
+def build_source(profile: str, run_dirs: list[Path]) -> str:
+    """`<profile>@<commit>` of the run among `run_dirs` that finished last (module docstring)."""
+    provenances = [json.loads((d / "provenance.json").read_text()) for d in run_dirs]
+    newest = max(provenances, key=lambda p: p.get("finished") or "")
+    return f"{profile}@{((newest.get('git') or {}).get('sha') or 'unknown')[:7]}"
+
+
+def run_counts(run_dir: Path, source: str, tokenizer, corpus: Path) -> RunCounts:
     provenance = json.loads((run_dir / "provenance.json").read_text())
     traces = read_jsonl(run_dir / "trace.jsonl", "trace")
     params = provenance["params"]
@@ -73,11 +87,11 @@ def run_counts(run_dir: Path, profile: str, tokenizer, corpus: Path) -> RunCount
     cache = provenance.get("call_cache") or {}
     hits = {op: [v["hits"], v["misses"]] for op, v in cache.items()
             if isinstance(v, dict) and "hits" in v and (v["hits"] or v["misses"])}
-    sha = (provenance.get("git") or {}).get("sha") or "unknown"
-    return RunCounts(f"{profile}@{sha[:7]}", provenance["dataset"], params["dataset"]["format"], provenance["method"],
+    return RunCounts(source, provenance["dataset"], params["dataset"]["format"], provenance["method"],
                      provenance["method_type"],
                      budget, params["generation"]["batch_size"], params["generation"].get("chunk_size", 32),
-                     tuple(work), hits, provenance["wall_time_s"])
+                     tuple(work), hits, provenance["wall_time_s"], (provenance.get("model") or {}).get("model", ""),
+                     params["dataset"]["path"])
 
 
 def main() -> int:
@@ -93,10 +107,11 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
-    table = {(r.source, r.dataset, r.method): r for r in (load_table(args.table) if args.table.is_file() else [])}
+    table = {(r.profile, r.dataset, r.method): r for r in (load_table(args.table) if args.table.is_file() else [])}
+    source = build_source(args.profile, args.runs)
     for run_dir in args.runs:
-        run = run_counts(run_dir, args.profile, tokenizer, args.corpus)
-        table[(run.source, run.dataset, run.method)] = run
+        run = run_counts(run_dir, source, tokenizer, args.corpus)
+        table[(run.profile, run.dataset, run.method)] = run
         calls = run.mean(lambda w: len(w.calls))
         print(f"{run.source} {run.dataset}/{run.method}: {len(run.questions)} questions; per question "
               f"{calls:.2f} calls, {run.mean(lambda w: w.decode_tokens):.1f} decode tokens, "

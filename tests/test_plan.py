@@ -19,7 +19,8 @@ from adaptive_rag.errors import InputError
 from adaptive_rag.planning import counts, units
 from adaptive_rag.planning.counts import RunCounts, Work, question_work, shared_prefix
 from adaptive_rag.planning.jobs import rule_counts, suite_jobs
-from adaptive_rag.planning.plan import CALIBRATION_WORK, Planner, Source, budget_scaled, part, project
+from adaptive_rag.planning.plan import (CALIBRATION_WORK, Planner, Source, budget_scaled, build_lines, part,
+                                        project)
 
 from conftest import REPO, copy_workflow, planned_jobs
 
@@ -128,6 +129,33 @@ def test_a_larger_model_and_budget_scale_what_stopped_at_the_budget(tmp_path, mo
     assert table.scaled and table.scale == 10
 
 
+def test_a_sampling_methods_question_costs_its_samples_times_the_sample_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # Two measured SUGAR questions: 10 sampled answers each (the longest 8, then 12 tokens), then the branch it
+    # chose: no retrieval and a 6-token answer, or single-step retrieval (1 search) and a 4-token answer.
+    sugar = RunCounts("tiny@abc1234", "demo-small", "hotpotqa", "sugar", "sugar", 100, 8, 32,
+                      (Work(calls=(6,), sets=((10, 8),), sampled=50, prefill=30),
+                       Work(calls=(4,), sets=((10, 12),), sampled=90, prefill=230, retrievals=1)),
+                      model="smollm2-135m-instruct", questions_file="data/demo/hotpot_demo.json")
+    planner = Planner(load_params(tiny_params(tmp_path)), [sugar],
+                      units.units_for(UNITS, None, "smollm2-135m-instruct", "cpu"), "tiny")
+    got = planner.generate("demo-small", "sugar")
+    # 4 questions: 1, 2, 1, 2. Fixed: process 5 + load 2 + prefix 100 x 0.01 + retriever 3 = 11.
+    # Greedy call: 6, 4, 6, 4 tokens at 2 rows: max(20 / 2, 6) = 10 steps x 0.8 + 4 prompts x 0.1 = 8.4.
+    # Samples: each question's 10 rows decode together for its longest row's steps at 1.0 s a step (k = 10),
+    # plus a prompt: 2 x (8 x 1.0 + 0.1) + 2 x (12 x 1.0 + 0.1) = 40.4.
+    # Prefill (30 + 230) x 2 x 0.01 = 5.2; 2 searches x 0.2 = 0.4. 11 + 8.4 + 40.4 + 5.2 + 0.4 = 65.4.
+    assert got.seconds == pytest.approx(65.4)
+    assert (got.questions, got.samples, got.decode, got.retrievals) == (4, 40, 20, 2)
+    assert got.basis == {"measured (tiny@abc1234)"} and planner.used == {"tiny@abc1234": {"sugar"}}
+    demo = replace(sugar, source="demo@def5678")
+    lines = build_lines("shared", {"demo@def5678": ([demo], {"sugar"})})
+    assert lines[2] == ("- demo@def5678: the `demo` profile's build, 1 run of smollm2-135m-instruct on "
+                        "data/demo/hotpot_demo.json; priced from it: sugar.")
+    assert "a demo question is not a shared one" in lines[3]
+    assert len(build_lines("demo", {"demo@def5678": ([demo], {"sugar"})})) == 3  # its own build: no caveat
+
+
 def test_the_cache_credits_at_most_one_first_step_per_question(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     wo, sr = hand_counts()
@@ -157,6 +185,20 @@ def test_counts_are_read_off_a_trace():
     # calls x 4 output tokens / 2
     assert work == Work((3, 2, 5, 4), (0,), ((3, 4),), 8, 5 * 7 + 20 + 8, 1, 64)
     assert shared_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2 and shared_prefix([[1, 2]]) == 0
+
+
+def test_a_sugar_trace_counts_its_samples_and_its_branch():
+    def count(text: str) -> int:
+        return len(text.split())
+
+    trace = {"output": "Morrow gate", "passages": [{"id": "1"}],
+             "counters": {"generated_tokens": 3 + 1 + 2 + 4 + 2, "retrievals": 1},
+             "steps": [{"phase": "sugar", "branch": "single", "samples": ["a b c", "d", "e f", "g h i j"]},
+                       {"phase": "generate", "tokens": [["Morrow", 0.4], ["gate", 0.8]], "finish": "eos"}]}
+    work = question_work(trace, count, own_prompt=9, passage_tokens=20.0, ig_steps=64)
+    # one sampling call of 4 rows (longest 4 tokens, 3 + 1 + 2 + 4 = 10 in all) and the branch's one 2-token call;
+    # prefill: 2 prompts x 9 + the 1 passage shown x 20 + 1 later prompt x 2 output tokens / 2 = 39
+    assert work == Work((2,), (), ((4, 4),), 10, 39, 1, 0)
 
 
 def test_parts_of_a_questions_work():
@@ -213,13 +255,17 @@ def test_every_profile_plans_with_the_committed_tables(name, monkeypatch, capsys
     assert out.startswith(f"# Plan: params/{name}.yaml\n") and "**Suite (`all` and `ablations`): " in out
     jobs = len(suite_jobs(load_params(REPO / "params" / f"{name}.yaml")))
     assert f"{jobs} jobs, " in out.split("**Suite")[1]
+    if name == "self-rag":  # its own method stays unpriced, saying why
+        assert "- no run can measure it offline (no model here has Self-RAG's reflection tokens): 11 jobs" in out
 
 
 def test_the_committed_tables_load():
     table = units.load_table()
     assert all({"hardware", "date", "commit", "command", "units"} <= set(e) for e in table["devices"].values())
     runs = counts.load_table()
-    assert {r.type for r in runs} >= {"wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin"}
+    assert {r.type for r in runs} >= {"wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "sugar",
+                                      "adaptive-rag", "adaptive-retrieval"}
+    assert {r.profile for r in runs} == {"demo", "shared"} and all(r.model and r.questions_file for r in runs)
     assert all(len(r.questions) > 0 and "@" in r.source for r in runs)
 
 

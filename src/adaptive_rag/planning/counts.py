@@ -77,6 +77,8 @@ class RunCounts:
     questions: tuple[Work, ...]
     hits: dict = field(default_factory=dict)  # op -> [hits, misses] of the call cache in that build
     wall_time_s: float = 0.0  # the runner's own wall time (model load included, process start not)
+    model: str = ""  # the model the run decided with
+    questions_file: str = ""  # the dataset's file its questions came from (the demo's are not the shared ones)
 
     @property
     def profile(self) -> str:
@@ -89,14 +91,16 @@ class RunCounts:
         return {"source": self.source, "dataset": self.dataset, "format": self.format, "method": self.method,
                 "type": self.type,
                 "budget": self.budget, "batch_size": self.batch_size, "chunk_size": self.chunk_size,
-                "wall_time_s": self.wall_time_s, "hits": self.hits, "work": [w.row() for w in self.questions]}
+                "wall_time_s": self.wall_time_s, "hits": self.hits, "model": self.model,
+                "questions_file": self.questions_file, "work": [w.row() for w in self.questions]}
 
     @classmethod
     def from_record(cls, record: dict) -> "RunCounts":
         return cls(record["source"], record["dataset"], record["format"], record["method"], record["type"],
                    record["budget"],
                    record["batch_size"], record["chunk_size"], tuple(Work.from_row(r) for r in record["work"]),
-                   record.get("hits", {}), record.get("wall_time_s", 0.0))
+                   record.get("hits", {}), record.get("wall_time_s", 0.0), record.get("model", ""),
+                   record.get("questions_file", ""))
 
 
 def load_table(path: Path = TABLE) -> list[RunCounts]:

@@ -54,6 +54,8 @@ CALIBRATION_WORK = {
 # or single-step retrieval (their costliest branch), the weighted-threshold variants are SCAAR's loop.
 STAND_INS = {"radio": "dragin", "dior": "dragin", "adaptive-rag": "fs-rag", "adaptive-retrieval": "sr-rag",
              "weighted-threshold": "scaar"}
+# Types no run here can measure, and why (they stay "not projected" until a build measures them).
+UNMEASURABLE = {"self-rag": "no run can measure it offline (no model here has Self-RAG's reflection tokens)"}
 EXTRAS = {"attentions", "entropy", "hidden_states"}  # per-token reads that make a decode step dearer
 LIGHT_RULES = {"split", "score", "report", "explorer_page", "ablation", "sugar_entropy_levels", "complexity_labels",
                "train_early_detector", "train_realtime_detector", "train_radio_detector", "significance"}
@@ -127,6 +129,12 @@ class Planner:
         self._questions: dict[str, int | None] = {}
         self.paid: dict[tuple, set[int]] = {}  # identical-run key -> question positions already run
         self.unpriced: list[str] = []
+        self.used: dict[str, set[str]] = {}  # build (source) -> the method types priced from its runs
+
+    def use(self, source: Source, mtype: str) -> Source:
+        for run in source.runs:
+            self.used.setdefault(run.source, set()).add(mtype)
+        return source
 
     # ---- where a run's work comes from -----------------------------------------------------------
 
@@ -229,9 +237,10 @@ class Planner:
         source = self.source(dataset, method)
         if n is None or source is None:
             why = "its questions are not known (sample.size null, file absent)" if n is None else \
-                f"no run of type {cfg.type} is measured"
+                UNMEASURABLE.get(cfg.type, f"no run of type {cfg.type} is measured")
             self.unpriced.append(f"generate {dataset}/{method}: {why}")
             return Cost(1, n or 0, basis={"not projected"})
+        self.use(source, cfg.type)
         works = [stand_in_work(cfg.type, cfg.settings_for(dataset), w) if source.basis.startswith("stand-in") else w
                  for w in self.works(source, n, self.budget(dataset))]
         key, skip = self.identical(dataset, method), self.p.dataset(dataset).sample.skip
@@ -278,7 +287,7 @@ class Planner:
             if source is None:
                 self.unpriced.append(f"calibrate {dataset}/{method}: no run of type {mtype} is measured")
                 continue
-            bases.add(source.basis)
+            bases.add(self.use(source, f"{cfg.type} calibration").basis)
             total = [add_work(t, part(w, which)) for t, w in zip(total, self.works(source, n, self.budget(dataset)))]
         cls = method_class(cfg.type)
         cost = self.cost(total, False, cls.calibration_retrieves, "composed from the runs' work")
@@ -292,6 +301,7 @@ class Planner:
         if n is None or source is None:
             self.unpriced.append(f"uncertainty_sweep {name}: no run of type seakr is measured")
             return Cost(1, basis={"not projected"})
+        self.use(source, "seakr sweep")
         works = []
         for w in self.works(source, n, self.budget(dataset)):
             first = part(w, "first")
@@ -424,6 +434,8 @@ class Projection:
     total: Cost
     unpriced: list[str]
     jobs: list[tuple[Job, Cost]] = field(default_factory=list)  # each job's own cost, in pricing order
+    builds: dict[str, tuple[list[RunCounts], set[str]]] = field(default_factory=dict)  # source -> its runs, types
+    profile: str = ""  # the profile planned (its own builds' runs are "this profile's")
 
 
 def project(params: Params, runs: list[RunCounts], units: Units, profile: str,
@@ -448,7 +460,29 @@ def project(params: Params, runs: list[RunCounts], units: Units, profile: str,
         total.add(cost)
         if job in default:
             default_cost.add(cost)
-    return Projection(groups, by_type, default_cost, total, planner.unpriced, priced)
+    builds = {source: ([r for r in runs if r.source == source], types) for source, types in planner.used.items()}
+    return Projection(groups, by_type, default_cost, total, planner.unpriced, priced, builds, profile)
+
+
+def build_lines(profile: str, builds: dict[str, tuple[list[RunCounts], set[str]]]) -> list[str]:
+    """Which build's runs the counts come from, with the model and the questions each ran: a method's counts
+    are its build's decisions on that build's questions."""
+    if not builds:
+        return []
+    lines = ["", "Counts per question come from these builds' runs:"]
+    for source, (runs, types) in sorted(builds.items()):
+        files = sorted({r.questions_file for r in runs if r.questions_file}) or ["(not recorded)"]
+        models = sorted({r.model for r in runs if r.model}) or ["(not recorded)"]
+        own = " (this profile's)" if source.split("@")[0] == profile else ""
+        lines.append(f"- {source}: the `{source.split('@')[0]}` profile's build{own}, {len(runs)} run{'s' * (len(runs) != 1)} of "
+                     f"{', '.join(models)} on {', '.join(files)}; priced from it: {', '.join(sorted(types))}.")
+    others = sorted({s.split("@")[0] for s in builds} - {profile})
+    if others:
+        lines.append(f"Each build ran its own questions, and a demo question is not a shared one (the demo's are "
+                     f"synthetic, over the demo's own corpus): what is priced from the "
+                     f"{' and '.join(f'`{o}`' for o in others)} build{'s' * (len(others) > 1)} carries that build's "
+                     f"decisions on its questions, scaled to this profile's budgets and numbers of questions.")
+    return lines
 
 
 def _number(value: float) -> str:
@@ -516,6 +550,7 @@ def render(params: Params, projection: Projection, units: Units, counts_path: st
                   f"({d.seconds:,.0f} s).** **Suite (`all` and `ablations`): {t.jobs} jobs, {_hours(t.seconds)} "
                   f"hours ({t.seconds:,.0f} s)** on {units.name}, one job at a time.", "", "Bases:"]
     lines += [f"{i}. {basis}" for i, basis in enumerate(bases, 1)]
+    lines += build_lines(projection.profile, projection.builds)
     if projection.unpriced:
         reasons: dict[str, list[str]] = {}
         for line in projection.unpriced:
