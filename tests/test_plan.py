@@ -264,7 +264,7 @@ def test_the_committed_tables_load():
     assert all({"hardware", "date", "commit", "command", "units"} <= set(e) for e in table["devices"].values())
     runs = counts.load_table()
     assert {r.type for r in runs} >= {"wo-rag", "sr-rag", "fl-rag", "fs-rag", "flare", "dragin", "sugar",
-                                      "adaptive-rag", "adaptive-retrieval"}
+                                      "scaar", "adaptive-rag", "adaptive-retrieval"}
     assert {r.profile for r in runs} == {"demo", "shared"} and all(r.model and r.questions_file for r in runs)
     assert all(len(r.questions) > 0 and "@" in r.source for r in runs)
 
