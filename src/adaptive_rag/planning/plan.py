@@ -474,7 +474,8 @@ def build_lines(profile: str, builds: dict[str, tuple[list[RunCounts], set[str]]
         files = sorted({r.questions_file for r in runs if r.questions_file}) or ["(not recorded)"]
         models = sorted({r.model for r in runs if r.model}) or ["(not recorded)"]
         own = " (this profile's)" if source.split("@")[0] == profile else ""
-        lines.append(f"- {source}: the `{source.split('@')[0]}` profile's build{own}, {len(runs)} run{'s' * (len(runs) != 1)} of "
+        plural = "s" * (len(runs) != 1)
+        lines.append(f"- {source}: the `{source.split('@')[0]}` profile's build{own}, {len(runs)} run{plural} of "
                      f"{', '.join(models)} on {', '.join(files)}; priced from it: {', '.join(sorted(types))}.")
     others = sorted({s.split("@")[0] for s in builds} - {profile})
     if others:
