@@ -9,14 +9,17 @@ method); the runner's own wall time, without start-up, is printed below the tabl
 
 Needs what the workflow builds first: the model, the index, the split and, for `delta: calibrated`
 configurations, their calibration (`snakemake --cores all data/scores/demo-small/seakr.json` builds all).
+`--keep DIR` keeps each method's run directory (DIR/<dataset>/<method>/: predictions, trace, provenance)
+for `benchmarks/question_counts.py`, which reads the plan's per-question work off it.
 Usage: python benchmarks/method_cost.py [--methods flare seakr] [--dataset demo-small] [--questions 4]
-                                        [--params params.yaml]
+                                        [--params params.yaml] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +60,7 @@ def main() -> None:
     parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
     parser.add_argument("--model-dir", default="data/models/smollm2-135m-instruct")
     parser.add_argument("--index", default="data/index/demo/bm25")
+    parser.add_argument("--keep", type=Path, help="keep each run as DIR/<dataset>/<method>/ (for question_counts.py)")
     args = parser.parse_args()
 
     split = REPO / "data/splits" / f"{args.dataset}.jsonl"
@@ -75,6 +79,10 @@ def main() -> None:
         small.write_text("\n".join(lines) + "\n")
         results = {m: run(m, args.dataset, small, params_file, work, args.model_dir, args.index)
                    for m in args.methods}
+        for method in args.methods if args.keep else ():
+            kept = args.keep / args.dataset / method
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(work / method, kept, ignore=shutil.ignore_patterns(".progress"))
 
     model = params["model"]
     print(f"\n{args.questions} questions of {args.dataset}, {model['name']} {model['dtype']} on {model['device']}, "

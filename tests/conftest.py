@@ -269,13 +269,14 @@ def snakemake(cwd, *args, check=True):
     return run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd, check)
 
 
-def planned_jobs(cwd) -> dict[str, int]:
-    """Job counts per rule of a dry run ({} when nothing is to be done)."""
-    out = snakemake(cwd, "-n", "--quiet", "rules").stdout
+def planned_jobs(cwd, *targets) -> dict[str, int]:
+    """Job counts per rule of a dry run of `targets` (default: the default target), the targets' own rules
+    left out ({} when nothing is to be done)."""
+    out = snakemake(cwd, "-n", "--quiet", "rules", *(("--", *targets) if targets else ())).stdout
     jobs = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job", *targets):
             jobs[parts[0]] = int(parts[1])
     return jobs
 

@@ -93,6 +93,16 @@ def test_profile_help_lists_the_profiles_in_params(tmp_path, monkeypatch, capsys
     assert "(alpha, beta)" in text and "(alpha | beta)" in text
 
 
+def test_plan_help_names_the_profiles_and_the_tables_it_reads(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    _, text = shown_help(["plan"], monkeypatch, capsys)
+    text = " ".join(text.split())
+    names = sorted(p.stem for p in (REPO / "params").glob("*.yaml"))
+    assert f"plan params/NAME.yaml instead ({' | '.join(names)})" in text
+    assert "unit_costs.yaml, written by benchmarks/unit_costs.py" in text
+    assert "question_counts.jsonl, written by benchmarks/question_counts.py" in text
+
+
 def test_serve_help_names_the_command_users_type(monkeypatch, capsys):
     parser, text = shown_help(["serve"], monkeypatch, capsys)
     assert parser.prog == "adaptive-rag serve" and text.startswith("usage: adaptive-rag serve ")

@@ -44,6 +44,8 @@ def cmd_check_params(args) -> None:
 
 
 PROFILES_DIR = Path("params")
+from .planning.counts import TABLE as PLAN_COUNTS  # noqa: E402  (both import nothing heavy)
+from .planning.units import TABLE as PLAN_UNITS  # noqa: E402
 DVC_YAML = "dvc.yaml"  # generated from params.yaml (adaptive_rag.dvc_stages)
 
 
@@ -66,6 +68,24 @@ def cmd_profile(args) -> None:
     print(f"{target} <- {source}")
     if Path(DVC_YAML).is_file():  # the stages follow the profile's experiment and ablations
         _write_dvc_yaml(load_params(target), DVC_YAML)
+
+
+def cmd_plan(args) -> None:
+    """A profile's projected cost (adaptive_rag.planning): its jobs, work and hours per method and ablation."""
+    from .planning import counts, units
+    from .planning.plan import project, render
+
+    path = PROFILES_DIR / f"{args.profile}.yaml" if args.profile else Path(args.params)
+    if args.profile and not path.is_file():
+        raise ConfigError(f"no profile {args.profile!r} in {PROFILES_DIR}/; available: {', '.join(profiles()) or 'none'}")
+    params = load_params(path)
+    text = path.read_text(encoding="utf-8")  # params.yaml installed from a profile is that profile's build
+    name = args.profile or next((p for p in profiles() if (PROFILES_DIR / f"{p}.yaml").read_text(encoding="utf-8")
+                                 == text), path.stem)
+    table = units.load_table(Path(args.units))
+    chosen = units.units_for(table, args.device, params.model.name, params.model.device, Path(args.units))
+    runs = counts.load_table(Path(args.counts))
+    print(render(params, project(params, runs, chosen, name), chosen, args.counts, args.jobs), end="")
 
 
 def _write_dvc_yaml(params, path: str) -> None:
@@ -636,6 +656,21 @@ def build_parser() -> argparse.ArgumentParser:
                                      f"({', '.join(available) or 'none found here'}) and rewrite dvc.yaml for it")
     p.add_argument("name", metavar="NAME", help=f"the profile: {PROFILES_DIR}/NAME.yaml "
                                                 f"({' | '.join(available) or 'none found here'})")
+    p = step("plan", cmd_plan, "project a profile's cost before running it: its jobs, prefill and decode tokens, "
+                               "samples, IG points, retrievals and hours per method and per ablation, and the "
+                               "total, from measured work per question and a device's measured unit costs")
+    p.add_argument("--params", default=argparse.SUPPRESS, help="the params file to plan (default: params.yaml; "
+                                                                "also accepted before `plan`)")
+    p.add_argument("--profile", metavar="NAME", help=f"plan {PROFILES_DIR}/NAME.yaml instead "
+                                                     f"({' | '.join(available) or 'none found here'})")
+    p.add_argument("--device", metavar="NAME", help="the unit-cost table's device entry to price with (default: the "
+                                                    "first measured on the profile's kind of device, else the first)")
+    p.add_argument("--units", default=str(PLAN_UNITS), help="the unit-cost table (default: the package's "
+                                                             "unit_costs.yaml, written by benchmarks/unit_costs.py)")
+    p.add_argument("--counts", default=str(PLAN_COUNTS), help="the per-question counts table (default: the "
+                                                               "package's question_counts.jsonl, written by "
+                                                               "benchmarks/question_counts.py)")
+    p.add_argument("--jobs", action="store_true", help="also list every job with its projected seconds and basis")
     p = step("dvc-yaml", cmd_dvc_yaml, "write dvc.yaml from params.yaml: one DVC stage per shared artifact "
                                        "(model, corpus, indexes, splits, experiment runs, report, each ablation)")
     p.add_argument("--out", default=DVC_YAML, help="the file to write (default: dvc.yaml)")
