@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .methods.parts.setup import Own
+from .methods.parts.setup import ROLES, Own
 from .methods.registry import method_class
 
 FIELDS = ("prompt", "template", "exemplars", "answer_tokens", "retriever", "top_k", "max_retrievals", "max_passages")
@@ -48,7 +48,7 @@ def row_setup(params, dataset: str, method: str) -> dict[str, dict[str, Any]]:
 
 
 def ablation_setups(params, ablation) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
-    """{dataset: {row: {role: fields}}} of a table-like ablation (its variants), and of its Time baseline."""
+    """{dataset: {row: {role: fields}}} of a table-like ablation's rows (its variants)."""
     rows = [v.method for v in ablation.variants]
     return {d: {m: row_setup(params, d, m) for m in rows} for d in ablation.datasets}
 
@@ -64,7 +64,7 @@ def differences(params, ablation) -> list[str]:
                      f"so its Time of 1.00 is not shown; vary a method configuration it is made from")
     varied = {VARIED[k] for k in ablation.vary if k in VARIED}
     for dataset, setups in ablation_setups(params, ablation).items():
-        for role in ("none", "single", "multi"):
+        for role in ROLES:
             for field in FIELDS:
                 if field in varied:
                     continue

@@ -715,7 +715,8 @@ def empty(end: float | None = None) -> Continuation:
 
 
 def test_an_empty_answer_is_an_answer_of_its_own_with_its_stop_tokens_likelihood():
-    """Farquhar et al.'s code keeps an empty answer: `predict` takes the stop word's log-likelihood when
+    """SUGAR's Eq. (1), the semantic entropy over meaning classes (Kuhn et al.), with an empty answer as
+    Farquhar et al.'s code keeps it: `predict` takes the stop word's log-likelihood when
     only stop words were generated (n_generated = 1), and the answer is clustered like any other.
     Nine "Paris" at p = .9 (l = ln .9 each) and one empty answer ended by a token of p = .5 (l = ln .5):
     two classes, class likelihoods 9 x .9 = 8.1 and .5, normalised over 8.6 (`rao`, sum_normalized):

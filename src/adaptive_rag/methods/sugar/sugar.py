@@ -276,7 +276,8 @@ class Sugar(Method):
         loglik = [sample_loglik(c) for c in samples]
         ids, calls = cluster(answers, self.implication(question), self.settings["strict"])
         se = semantic_entropy(ids, loglik, self.settings["estimator"])
-        # Farquhar's `predictive_entropy` over the same length-normalised log-likelihoods: -mean
+        # PE = -(1/M) sum_i l_i over the same length-normalised log-likelihoods (Farquhar's `predictive_entropy`);
+        # `ln_entropy` skips a sample with no token, so with an empty answer the mean is taken here, its l counted
         pe = -float(sum(loglik)) / len(loglik) if empty else predictive_entropy([c.logprobs for c in samples])
         return Assessment([c.text for c in samples], answers, loglik, ids, se, pe, calls,
                           time.perf_counter() - start, empty)
