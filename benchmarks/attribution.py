@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from model_args import REPO, add_model_arguments, measured, model_argv, require_model, start_clock
+from model_args import REPO, add_model_arguments, machine_line, measured, model_argv, require_model, start_clock
 
 
 def questions(n: int) -> list[str]:
@@ -110,7 +110,8 @@ def main() -> None:
     tokens = reference["tokens"]
     print(f"\n{args.questions} demo questions as bare prompts ({min(tokens)}-{max(tokens)} tokens), {model} "
           f"{args.dtype} on {args.device}, {args.threads} threads; IG: probability of the greedy next token, "
-          f"zero baseline, {args.steps} Gauss-Legendre nodes\n")
+          f"zero baseline, {args.steps} Gauss-Legendre nodes")
+    print(machine_line(args.device) + "\n")
     print("| points per pass | forward+backward passes per question | s per question | speed-up over one at a time | "
           "forward tokens per question | max rel. difference of the L2 scores from one at a time | peak RSS (MB) |"
           + (" peak GPU memory (MB) |" if gpu else ""))

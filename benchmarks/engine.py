@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from model_args import machine_line
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "data/models/smollm2-135m-instruct"
 INDEX = REPO / "data/index/demo/bm25"
@@ -120,7 +122,8 @@ def main() -> None:
         ]
     single = rows[0][1]["tokens"]
     print(f"\n{args.questions} demo questions ({args.method} prompts, SmolLM2-135M {args.dtype} on {args.device}, {args.threads} threads, "
-          f"100 new tokens max)\n")
+          f"100 new tokens max)")
+    print(machine_line(args.device) + "\n")
     print("| configuration | questions/s | seconds | peak RSS (MB) | forward tokens | minimum tokens | "
           "same tokens as batch 1 |")
     print("|---|---|---|---|---|---|---|")

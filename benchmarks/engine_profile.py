@@ -10,7 +10,7 @@ Usage: python benchmarks/engine_profile.py [--questions 16] [--batch-size 8] [--
                                           [--threads 2] [--model-dir DIR] [--device cpu|cuda]
                                           [--dtype float32|bfloat16|float16] [--random-init SHAPE]
                                           [--attention fast|eager] [--cuda-graphs]
-                                          [--kernels default|fused|modules]
+                                          [--kernels default|fused|modules] [--cpu-kernels auto|packed|modules]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import time
 
 from engine import workload  # benchmarks/engine.py: the same demo prompts
-from model_args import add_model_arguments, engine, model_name, require_model
+from model_args import add_model_arguments, engine, machine_line, model_name, require_model
 
 
 def main() -> None:
@@ -54,7 +54,8 @@ def main() -> None:
     kept = sum(len(r.token_ids) for r in results)
     events = prof.key_averages()
     device_us = sum(e.self_device_time_total for e in events) if cuda else 0
-    print(f"\n{args.questions} questions, {model_name(args)} {args.dtype} on {args.device}, batch {args.batch_size}, "
+    print("\n" + machine_line(args.device))
+    print(f"{args.questions} questions, {model_name(args)} {args.dtype} on {args.device}, batch {args.batch_size}, "
           f"attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}, {args.kernels} kernels, "
           f"extras {args.extras}: "
           f"{wall:.2f} s, {kept} kept tokens, {kept / wall:.1f} kept tokens/s"

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import yaml
+from model_args import machine_line
 
 REPO = Path(__file__).resolve().parents[1]
 COUNTERS = (("retrievals", "Rc"), ("llm_calls", "Gc"), ("sampled_sequences", "sampled seqs"),
@@ -87,7 +88,8 @@ def main() -> None:
     model = params["model"]
     print(f"\n{args.questions} questions of {args.dataset}, {model['name']} {model['dtype']} on {model['device']}, "
           f"{params['generation']['threads']} threads, batch {params['generation']['batch_size']}, "
-          f"cold call cache; per question (ratio to {args.methods[0]})\n")
+          f"cold call cache; per question (ratio to {args.methods[0]})")
+    print(machine_line(model["device"]) + "\n")
     header = ["method", "wall s/q", *[label + "/q" for _, label in COUNTERS], "model calls made", "cache hits"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

@@ -46,6 +46,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, threads: int = 2) -> No
     parser.add_argument("--kernels", choices=["default", "fused", "modules"], default="default",
                         help="the fast path's layers: fused products and fewer kernels, or the model's modules "
                              "one by one (default: fused on a GPU, modules on the CPU)")
+    parser.add_argument("--cpu-kernels", choices=["auto", "packed", "modules"], default="auto",
+                        help="the fast path's linear kernel on the CPU (model.cpu_kernels; auto: the faster on this "
+                             "machine, timed at load and remembered)")
 
 
 def require_model(model_dir: Path) -> None:
@@ -59,7 +62,8 @@ def model_argv(args) -> list[str]:
     return ["--threads", str(args.threads), "--model-dir", str(args.model_dir), "--device", args.device,
             "--dtype", args.dtype, "--attention", args.attention,
             *(["--random-init", args.random_init] if args.random_init else []),
-            *(["--cuda-graphs"] if args.cuda_graphs else []), "--kernels", args.kernels]
+            *(["--cuda-graphs"] if args.cuda_graphs else []), "--kernels", args.kernels,
+            "--cpu-kernels", args.cpu_kernels]
 
 
 def model_name(args) -> str:
@@ -96,14 +100,16 @@ def load_model(args, attn_implementation: str | None = None):
     return model.eval(), tokenizer
 
 
-def engine(args, batch_size: int, seed: int = 0):
-    """The project's white-box backend over `load_model`'s model, as the benchmark's options set it."""
+def engine(args, batch_size: int, seed: int = 0, loaded: tuple | None = None, cpu_kernels: str | None = None):
+    """The project's white-box backend over `load_model`'s model (or `loaded`, a model already in memory),
+    as the benchmark's options set it."""
     from adaptive_rag.lm.hf import HFModel
 
-    loaded = load_model(args, "eager") if args.random_init else None
-    return HFModel(args.model_dir if not args.random_init else Path(f"random-{args.random_init}"), args.dtype,
-                   args.device, args.threads, seed, batch_size, args.attention, args.cuda_graphs, loaded=loaded,
-                   fused_kernels=None if args.kernels == "default" else args.kernels == "fused")
+    loaded = loaded or (load_model(args, "eager") if args.random_init else None)
+    name = Path(f"random-{args.random_init}") if args.random_init else args.model_dir
+    return HFModel(name, args.dtype, args.device, args.threads, seed, batch_size, args.attention, args.cuda_graphs,
+                   loaded=loaded, fused_kernels=None if args.kernels == "default" else args.kernels == "fused",
+                   cpu_kernels=cpu_kernels or args.cpu_kernels)
 
 
 def weight_bytes(model) -> int:
@@ -129,6 +135,19 @@ def memory_bandwidth(torch, device: str, megabytes: int = 1024, repeats: int = 5
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
     return 2 * n * 4 / best
+
+
+def machine_line(device: str = "cpu", bandwidth: float | None = None) -> str:
+    """The machine a table was measured on, printed with it: the CPU's model, cores and ISA (and the ISA
+    PyTorch's kernels use, any forced-ISA setting), torch's MKL and oneDNN versions, and the measured copy
+    bandwidth (measured here when not given); on a GPU also the GPU's name."""
+    import torch
+
+    from adaptive_rag.hardware import describe
+
+    bandwidth = bandwidth or memory_bandwidth(torch, device, megabytes=512)
+    gpu = f"{torch.cuda.get_device_name(device)}; host " if device.startswith("cuda") else ""
+    return f"machine: {gpu}{describe(bandwidth)}"
 
 
 def start_clock(torch, device: str) -> float:

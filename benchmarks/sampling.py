@@ -35,7 +35,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from model_args import REPO, add_model_arguments, measured, model_argv, require_model, start_clock
+from model_args import REPO, add_model_arguments, machine_line, measured, model_argv, require_model, start_clock
 STOP = ("\n\n", "Question:", ". ")  # one sentence: SeaKR's pseudo-step
 MAX_NEW_TOKENS = 100
 LAYER = 15  # 1-based, the middle of SmolLM2-135M's 30 layers
@@ -167,7 +167,8 @@ def main() -> None:
         what = (f"chat prompts, 8 exemplars, one sentence of at most {MAX_NEW_TOKENS} new tokens, final state at "
                 f"layer {LAYER}")
     print(f"\n{args.questions} demo questions, {what}; SmolLM2-135M {args.dtype} on {args.device}, "
-          f"{args.threads} threads, seed {args.seed}\n")
+          f"{args.threads} threads, seed {args.seed}")
+    print(machine_line(args.device) + "\n")
     gpu = args.device.startswith("cuda")
     print("| k | mode | engine calls | wall s | sampled tokens | sampled tokens/s | forward tokens | speed-up over "
           "sequential | identical to sequential | peak RSS (MB) |" + (" peak GPU memory (MB) |" if gpu else ""))

@@ -35,7 +35,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -226,9 +225,11 @@ def hardware(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(device)
-    lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("Model name")), platform.processor())
-    return f"{name}, {os.cpu_count()} cores"
+    from adaptive_rag.hardware import cpu
+
+    found = cpu()
+    forced = "".join(f", {k}={v}" for k, v in found.get("isa_settings", {}).items())
+    return f"{found['model']}, {found['cores']} cores, {found['isa']} (torch kernels {found['torch_isa']}{forced})"
 
 
 def main() -> int:

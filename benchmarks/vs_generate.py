@@ -25,6 +25,7 @@ Usage: python benchmarks/vs_generate.py [--method wo-rag|sr-rag] [--questions 32
                                         [--dtype float32|bfloat16|float16] [--random-init llama-2-7b]
                                         [--attention fast|eager] [--cuda-graphs] [--max-new-tokens 100]
                                         [--extras none|dragin] [--kernels default|fused|modules]
+                                        [--cpu-kernels auto|packed|modules]
                                         [--modes engine generate]
 """
 
@@ -38,10 +39,12 @@ import sys
 import time
 
 from engine import workload  # benchmarks/engine.py: the same demo prompts
-from model_args import (REPO, add_model_arguments, engine, load_model, memory_bandwidth, model_argv, model_name,
+from model_args import (REPO, add_model_arguments, engine, load_model, machine_line, memory_bandwidth, model_argv,
+                        model_name,
                         require_model, weight_bytes)
 
 MODES = ("engine", "generate")
+KERNEL_CHOICE: dict = {}  # the engine child's CPU linear kernel (lm.cpu_kernels), for the header
 
 
 def kept_tokens(tokenizer, ids: list[int], stop) -> list[int]:
@@ -65,6 +68,7 @@ def run_engine(args, prompts, stop):
     # DRAGIN's per-token reads: the entropy of every next-token distribution and the last layer's attention row
     extras = Extras(entropy=True, attention_layer=-1) if args.extras == "dragin" else Extras()
     lm = engine(args, args.batch_size)
+    KERNEL_CHOICE.update(lm.kernel_choice or {})
     # untimed: loads kernels and encodes the shared few-shot prefix once; with CUDA graphs, the whole workload
     # once, so that every batch bucket's graph is captured before the clock starts (a generation job captures
     # each bucket once and replays it for the rest of its run)
@@ -134,6 +138,7 @@ def child(args) -> None:
               "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "peak_gpu_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
     record["bandwidth"] = memory_bandwidth(torch, args.device)  # after the memory readings: it allocates 2 GB
+    record["cpu_kernels"] = KERNEL_CHOICE.get("kernel")
     print(json.dumps(record))
 
 
@@ -170,14 +175,17 @@ def main() -> None:
     first = runs[(modes[0], args.batch_sizes[0])]
     reference = first["tokens"]
     gpu = args.device.startswith("cuda")
+    chosen = sorted({r["cpu_kernels"] for r in runs.values() if r.get("cpu_kernels")})  # lm.cpu_kernels' choice
     print(f"\n{args.questions} demo questions ({args.method} prompts, chat format), {model_name(args)} {args.dtype} "
           f"on {args.device}{'' if gpu else f', {args.threads} threads'}, greedy, at most {args.max_new_tokens} new "
           f"tokens; engine attention {args.attention}{' with CUDA graphs' if args.cuda_graphs else ''}, "
           f"{args.kernels} kernels"
+          f"{'' if gpu or not chosen else ', CPU linear kernel ' + '/'.join(chosen)}"
           f"{', with entropies and last-layer attention rows (DRAGIN)' if args.extras == 'dragin' else ''}; a decode "
           f"step reads {first['weight_bytes'] / 1e9:.2f} GB of weights, measured copy bandwidth "
           f"{first['bandwidth'] / 1e9:.1f} GB/s: at most {first['bandwidth'] / first['weight_bytes']:.1f} "
-          f"steps/s\n")
+          f"steps/s")
+    print(machine_line(args.device, first["bandwidth"]) + "\n")
     print("| batch | implementation | seconds | kept tokens | kept tokens/s | engine speed-up | % of bandwidth bound | "
           f"forward tokens per kept token | peak RSS (MB) |{' peak GPU (MB) |' if gpu else ''} same output as "
           f"{'engine' if modes[0] == 'engine' else 'generate'} batch {args.batch_sizes[0]} |")

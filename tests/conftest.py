@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,9 @@ from adaptive_rag.retrieval import Hit
 from adaptive_rag.settings import Section
 
 REPO = Path(__file__).resolve().parents[1]
+# The session's own file of remembered CPU-kernel choices (lm.cpu_kernels), inherited by every process the
+# tests start: no test reads or writes the user's, and a choice made once holds for the whole session.
+os.environ["ADAPTIVE_RAG_KERNEL_CHOICES"] = os.path.join(tempfile.mkdtemp(prefix="kernel-choices-"), "cpu-kernels.json")
 SHARED_DATA = REPO.parent / "shared" / "data"
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

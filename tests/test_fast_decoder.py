@@ -53,13 +53,13 @@ def lively_dir(tiny_llama_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fast(lively_dir):
-    return HFModel(lively_dir, batch_size=3)
+    return HFModel(lively_dir, batch_size=3, cpu_kernels="packed")  # oneDNN's packed weights (tests/test_cpu_kernels.py: the choice)
 
 
 @pytest.fixture(scope="module")
 def fused(lively_dir):
     """The fused layers (one q|k|v and one gate|up product, fewer kernels), the CUDA default, on the CPU."""
-    return HFModel(lively_dir, batch_size=3, fused_kernels=True)
+    return HFModel(lively_dir, batch_size=3, fused_kernels=True, cpu_kernels="packed")
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +274,7 @@ def test_an_architecture_the_fast_path_does_not_run_is_refused_by_name(tmp_path,
 def test_the_attention_path_is_part_of_the_identity(fast, eager):
     assert fast.identity()["attention"] == "fast" and eager.identity()["attention"] == "eager"
     assert {k: v for k, v in fast.identity().items() if k != "attention"} == \
-           {k: v for k, v in eager.identity().items() if k != "attention"}
+           {k: v for k, v in eager.identity().items() if k != "attention"}  # packed kernels: no mark
 
 
 def test_model_attention_and_cuda_graphs_settings_are_checked(tmp_path):
@@ -320,7 +320,7 @@ def test_fused_layers_hold_the_weights_once_and_leave_the_model_as_it_was(lively
     with torch.inference_mode():
         before = lm.model(input_ids=ids).logits
     storage = sum(p.untyped_storage().nbytes() for p in lm.model.parameters())
-    decoder = FastDecoder(lm.model, fused=True)
+    decoder = FastDecoder(lm.model, fused=True, cpu_kernels="packed")
     layer = decoder.layers[0]
     fused = decoder._fused[layer]
     attention = layer.self_attn
@@ -328,7 +328,7 @@ def test_fused_layers_hold_the_weights_once_and_leave_the_model_as_it_was(lively
     assert torch.equal(fused.qkv_weight, torch.cat([attention.q_proj.weight, attention.k_proj.weight,
                                                     attention.v_proj.weight]))
     assert FastDecoder(lm.model, fused=True)._fused[layer].qkv_weight is fused.qkv_weight  # fused once per model
-    if decoder.packed:  # the CPU's packed copies: only of the layers read module by module
+    if torch.backends.mkldnn.is_available():  # the CPU's packed copies: only of the layers read module by module
         assert attention.q_proj not in decoder.packed and layer.mlp.up_proj not in decoder.packed
         assert attention.o_proj in decoder.packed and layer.mlp.down_proj in decoder.packed
     with torch.inference_mode():

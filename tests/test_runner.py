@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -68,6 +69,28 @@ def test_killed_run_resumes_to_the_uninterrupted_result(job):
     assert not (root / "killed/.progress").exists()
     assert f'"resumed_batches": {finished}' in (root / "killed/provenance.json").read_text()
     assert "12 questions" in result.stdout
+
+
+def test_provenance_says_where_the_job_time_went_and_which_cpu_kernel_ran(job):
+    root, command = job
+    out = root / "timed"
+    run(command(out), root)
+    record = json.loads((out / "provenance.json").read_text())
+    timings = record["timings"]
+    assert len(timings["chunks_s"]) == 6 and all(s >= 0 for s in timings["chunks_s"])  # 12 questions, chunks of 2
+    assert timings["process_start_s"] > 0 and timings["model_load_s"] > 0
+    assert sum(timings["chunks_s"]) + timings["model_load_s"] <= record["wall_time_s"] + 0.01
+    assert record["cpu_kernels"]["kernel"] in ("packed", "modules")
+    assert record["cpu_kernels"]["how"] in ("measured", "remembered")
+    assert (record["model"].get("cpu_kernels") == "modules") == (record["cpu_kernels"]["kernel"] == "modules")
+    assert record["host"]["cpu"]["model"] and record["host"]["cpu"]["isa"]
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from job_overheads import job_row
+
+    row = job_row(record)
+    assert row["job"] == "demo/wo-rag" and row["chunks"] == 6
+    assert row["total_s"] == pytest.approx(record["wall_time_s"] + timings["process_start_s"])
 
 
 @pytest.mark.parametrize("setting, value", [("batch_size", 4), ("chunk_size", 3), ("max_new_tokens", 12)])

@@ -55,6 +55,9 @@ class ModelConfig:
     # skip | keep: write the special tokens a continuation generates into its text (the DRAGIN reference
     # decodes without skip_special_tokens, so "<|im_start|>" after an end of turn is fed back)
     special_tokens: str = "skip"
+    # the fast path's linear kernel on the CPU: auto (timed at load, remembered per machine) | packed
+    # (oneDNN's inner product on packed weights) | modules (torch.nn.functional.linear): lm.cpu_kernels
+    cpu_kernels: str = "auto"
 
     def key(self) -> dict:
         """The settings runs and detector data are keyed on: `architecture` and `special_tokens` only
@@ -66,6 +69,8 @@ class ModelConfig:
             del record["architecture"]
         if record["special_tokens"] == "skip":
             del record["special_tokens"]
+        if record["cpu_kernels"] == "auto":
+            del record["cpu_kernels"]
         return record
 
 
@@ -526,6 +531,7 @@ def _model(s: Section) -> ModelConfig:
         cuda_graphs=s.bool("cuda_graphs", False),
         architecture=s.str("architecture", ARCHITECTURES[0], ARCHITECTURES),
         special_tokens=s.str("special_tokens", "skip", ("skip", "keep")),
+        cpu_kernels=s.str("cpu_kernels", "auto", ("auto", "packed", "modules")),
     )
     if cfg.special_tokens == "keep" and (backend != "hf" or cfg.architecture != "causal" or cfg.attention != "eager"):
         raise s.fail("special_tokens", "keep decodes special tokens in the hf backend's eager path; set "

@@ -37,5 +37,21 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (Linux's /proc), so a record can say how long the interpreter,
+    the imports and the command line took before its own clock began; None where /proc cannot say."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            ticks = int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22: start time after boot
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(uptime - ticks / os.sysconf("SC_CLK_TCK"), 3)
+
+
 def host() -> dict:
-    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count()}
+    """The machine: a run's timings and the CPU kernels it chose depend on its CPU (`hardware`)."""
+    from .hardware import cpu
+
+    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(), "cpu": cpu()}

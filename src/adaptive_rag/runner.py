@@ -54,6 +54,8 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
                    index_dir: Path | None, out_dir: Path, progress_bar: bool = True,
                    progress_fd: int | None = None) -> dict | None:
     started, start = provenance.now(), time.perf_counter()
+    # where a job's time goes besides the model's calls (docs/performance.md#a-jobs-time-outside-the-model)
+    timings = {"process_start_s": provenance.process_age()}
     rank, world, local_rank = process_rank()
     ds, mcfg = params.dataset(dataset), params.method(method)
     settings = mcfg.settings_for(dataset)
@@ -62,7 +64,9 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     batches = [examples[i:i + size] for i in range(0, len(examples), size)]
     batch_ids = [[e.id for e in batch] for batch in batches]
 
+    mark = time.perf_counter()
     retriever = open_method_retriever(params, dataset, method, index_dir)
+    timings["retriever_open_s"] = round(time.perf_counter() - mark, 3)
     declared = method_inputs(params, dataset, method)
     inputs = {"settings": digest(params.run_settings(dataset, method)), "split": file_digest(split),
               **{f"input:{name}": file_digest(path) for name, path in declared.items()},
@@ -73,12 +77,19 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
     with ProgressLog(out_dir, rank, inputs) as progress:
         done = progress.finished(batch_ids)
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
+        mark = time.perf_counter()
         lm = build_model(params, model_dir, local_rank) if mine else None
+        timings["model_load_s"] = round(time.perf_counter() - mark, 3)
+        mark = time.perf_counter()
         runner = build_method(params, dataset, method, lm, retriever, declared)
+        timings["method_setup_s"] = round(time.perf_counter() - mark, 3)
+        timings["chunks_s"] = []  # each chunk answered here; the first also loads what a method loads lazily
         with job_progress(f"{dataset}/{method}", len(examples), sum(len(batches[b]) for b in done),
                           progress_bar and rank == 0, progress_fd, lm) as bar:
             for b in mine:
+                mark = time.perf_counter()
                 answers = runner.answer_batch(batches[b])
+                timings["chunks_s"].append(round(time.perf_counter() - mark, 3))
                 progress.append(b, [question_record(example, answer)
                                     for example, answer in zip(batches[b], answers)])
                 bar.update(len(answers))
@@ -107,8 +118,10 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
                        "dataset": dataset_settings(ds), "method": {"name": method, "type": mcfg.type, "settings": settings},
                        "retrieval": as_dict(params.retrieval)},
             "model": lm.identity() if lm is not None else _model_identity(params, model_dir),
+            **({"cpu_kernels": lm.kernel_choice} if getattr(lm, "kernel_choice", None) else {}),
             "index": retriever.identity() if retriever else None,
             "call_cache": stats,
+            "timings": timings,
         }
         write_jsonl(out_dir / "trace.jsonl", (r["trace"] for r in records))
         write_json(out_dir / "provenance.json", record)

@@ -34,7 +34,7 @@ def build_model(params: "Params", model_dir: Path | None, local_rank: int = 0) -
         device = _device(params, local_rank)
         lm = HFModel(model_dir, params.model.dtype, device, params.generation.threads, params.seed,
                      params.generation.batch_size, params.model.attention, params.model.cuda_graphs,
-                     special_tokens=params.model.special_tokens)
+                     special_tokens=params.model.special_tokens, cpu_kernels=params.model.cpu_kernels)
     if params.generation.cache:
         from .cache import CachedModel, CallCache
 

@@ -82,7 +82,7 @@ class FastDecoder:
     fused projections and fewer kernels (module docstring)."""
 
     def __init__(self, model, static: bool = False, cuda_graphs: bool = False, rows_hint: int = 8,
-                 fused: bool | None = None):
+                 fused: bool | None = None, cpu_kernels: str = "auto"):
         reason = unsupported(model)
         if reason:
             raise InputError(f"model.attention: fast: {reason}; set model.attention: eager")
@@ -109,10 +109,18 @@ class FastDecoder:
         self._fused = {layer: fuse_layer(layer) for layer in self.layers} if self.fused else {}
         self._rms = self.fused and all(is_rms_norm(m) for layer in self.layers
                                        for m in (layer.input_layernorm, layer.post_attention_layernorm))
-        # module -> (packed weight, bias) on the CPU; empty elsewhere (or where the kernel is unavailable)
-        self.packed = packed_linears(model, rows_hint, skip={m for layer in self._fused for m in (
-            layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.gate_proj,
-            layer.mlp.up_proj)}) if self.device.type == "cpu" else {}
+        # module -> (packed weight, bias) on the CPU where the packed kernel was chosen (`cpu_kernels`: auto
+        # times it against the modules' own kernel on this machine); empty elsewhere
+        self.packed, self.kernel_choice = {}, None
+        if self.device.type == "cpu":
+            from .cpu_kernels import choose
+
+            fused_away = {m for layer in self._fused for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                                               layer.self_attn.v_proj, layer.mlp.gate_proj,
+                                                               layer.mlp.up_proj)}
+            packed = packed_linears(model, rows_hint, skip=fused_away) if cpu_kernels != "modules" else {}
+            self.kernel_choice = choose(list(packed), packed, cpu_kernels, rows_hint)
+            self.packed = packed if self.kernel_choice.kernel == "packed" else {}
         self.cuda_graphs = cuda_graphs
         self._slots: SlotKV | None = None  # static mode: the slots every call reuses
         self._prefix_keys: list = []  # static mode: [kv heads, capacity, head dim] per layer

@@ -45,13 +45,15 @@ class HFModel:
 
     def __init__(self, model_dir: str | Path, dtype: str = "float32", device: str = "cpu", threads: int = 1,
                  seed: int = 0, batch_size: int = 8, attention: str = "fast", cuda_graphs: bool = False,
-                 loaded: tuple | None = None, fused_kernels: bool | None = None, special_tokens: str = "skip"):
+                 loaded: tuple | None = None, fused_kernels: bool | None = None, special_tokens: str = "skip",
+                 cpu_kernels: str = "auto"):
         """`loaded`: a (model, tokenizer) pair already in memory (benchmarks build randomly initialised
         models of a paper model's shape that way); `model_dir` then only names it. `fused_kernels`: the
         fast path's fused layers (`FastDecoder(fused=...)`; default: on a CUDA device). `special_tokens`:
         `keep` writes the special tokens a continuation generates into its text and token texts, as a
         decoder without `skip_special_tokens` does; a final end-of-sequence token is then one of its
-        tokens, with its probability (`rows.RowState.take`)."""
+        tokens, with its probability (`rows.RowState.take`). `cpu_kernels`: the fast path's linear kernel
+        on the CPU (`model.cpu_kernels`: auto | packed | modules; `lm.cpu_kernels`)."""
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -87,7 +89,8 @@ class HFModel:
             from .fast_decoder import FastDecoder
 
             # Refuses an architecture it does not run, and CUDA graphs off a CUDA device, naming the setting.
-            self.decoder = FastDecoder(self.model, cuda_graphs=cuda_graphs, rows_hint=batch_size, fused=fused_kernels)
+            self.decoder = FastDecoder(self.model, cuda_graphs=cuda_graphs, rows_hint=batch_size, fused=fused_kernels,
+                                       cpu_kernels=cpu_kernels)
         elif cuda_graphs:
             raise InputError("model.cuda_graphs: true captures the fast attention path; set model.attention: fast")
         self.cuda_graphs = cuda_graphs
@@ -104,12 +107,21 @@ class HFModel:
         weights = recorded_weights(self.model_dir)
         # Device type, batch size and the fast path's fused kernels are part of a result's identity: CPU
         # and CUDA kernels, padding in a different batch shape and fused products can differ in the last
-        # bits, so a shared cache must not mix them.
+        # bits, so a shared cache must not mix them; so can the CPU's linear kernel when it is not the packed
+        # one (`lm.cpu_kernels`).
         return {"backend": "hf", "model": self.model_dir.name, "weights_sha256": weights, "dtype": self.dtype,
                 "attention": self.attention, "device": self.device.split(":")[0], "batch_size": self.batch_size,
                 **({"cuda_graphs": True} if self.cuda_graphs else {}),
                 **({} if self.skip_special else {"special_tokens": "keep"}),
-                **({"kernels": "fused"} if self.decoder is not None and self.decoder.fused else {})}
+                **({"kernels": "fused"} if self.decoder is not None and self.decoder.fused else {}),
+                **({"cpu_kernels": "modules"} if (self.kernel_choice or {}).get("kernel") == "modules" else {})}
+
+    @property
+    def kernel_choice(self) -> dict | None:
+        """The fast path's CPU linear kernel and how it was chosen (`lm.cpu_kernels`); None off the CPU's
+        fast path."""
+        choice = self.decoder.kernel_choice if self.decoder is not None else None
+        return choice.record() if choice is not None else None
 
     @property
     def context_length(self) -> int | None:

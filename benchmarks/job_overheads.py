@@ -1,0 +1,78 @@
+"""Where each generation job of a build spends its time besides answering: one row per run directory.
+
+Reads every `data/runs/<dataset>/<method>/provenance.json` under the given directories (default
+data/runs) and prints, per job, what its `timings` record: the process's start (Python, the imports and
+the command line before the runner's clock began), opening the retriever (Anserini's JVM and index),
+loading the model (and choosing its CPU kernels), setting the method up, the first chunk and the other
+chunks, and what is left of the runner's wall time (writing the outputs). The first chunk also pays what a
+method loads on first use (spaCy, a similarity encoder) and the shared prefix's encoding; the table's
+"first-chunk excess" is its time beyond the mean of the other chunks, when there are others. The totals
+say how much of a build is fixed cost per job, which no faster kernel removes.
+
+Usage: python benchmarks/job_overheads.py [RUNS_DIR ...] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from model_args import REPO
+
+COLUMNS = ("process_start_s", "retriever_open_s", "model_load_s", "method_setup_s")
+
+
+def job_row(provenance: dict) -> dict | None:
+    timings = provenance.get("timings")
+    if not timings:
+        return None
+    chunks = timings.get("chunks_s") or []
+    fixed = {key: timings.get(key) or 0.0 for key in COLUMNS}
+    rest = chunks[1:]
+    excess = max(0.0, chunks[0] - sum(rest) / len(rest)) if chunks and rest else None
+    wall = provenance.get("wall_time_s") or 0.0
+    outside = wall - sum(chunks) - sum(fixed[k] for k in COLUMNS[1:])
+    return {"job": f"{provenance['dataset']}/{provenance['method']}", "questions": provenance.get("questions"),
+            **fixed, "chunks": len(chunks), "answering_s": sum(chunks), "first_chunk_excess_s": excess,
+            "other_s": max(0.0, outside), "total_s": wall + fixed["process_start_s"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="*", type=Path, default=[REPO / "data/runs"])
+    args = parser.parse_args()
+    from adaptive_rag.hardware import describe
+
+    rows = []
+    for root in args.runs:
+        for path in sorted(root.glob("*/*/provenance.json")):
+            row = job_row(json.loads(path.read_text()))
+            if row:
+                rows.append(row)
+    if not rows:
+        sys.exit(f"error: no provenance.json with timings under {', '.join(map(str, args.runs))} "
+                 "(runs finished before timings were recorded have none: rebuild them)")
+    print(f"\n{len(rows)} generation jobs; machine: {describe()}\n")
+    head = ["job", "questions", "process start s", "retriever open s", "model load s", "method setup s", "chunks",
+            "answering s", "first-chunk excess s", "other s", "total s", "outside answering"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "--:|" * (len(head) - 1))
+    fmt = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
+    for r in rows:
+        outside = r["total_s"] - r["answering_s"]
+        print(f"| {r['job']} | {r['questions']} | " + " | ".join(fmt(r[k]) for k in COLUMNS)
+              + f" | {r['chunks']} | {fmt(r['answering_s'])} | {fmt(r['first_chunk_excess_s'])} | {fmt(r['other_s'])} | "
+              f"{fmt(r['total_s'])} | {100 * outside / max(r['total_s'], 1e-9):.0f} % |")
+    total = sum(r["total_s"] for r in rows)
+    answering = sum(r["answering_s"] for r in rows)
+    print(f"\nall jobs: {total:.0f} s, of which {total - answering:.0f} s ({100 * (total - answering) / total:.0f} %) "
+          f"outside answering: " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {sum(r[k] for r in rows):.0f} s"
+                                            for k in COLUMNS)
+          + f", first-chunk excess {sum(r['first_chunk_excess_s'] or 0 for r in rows):.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

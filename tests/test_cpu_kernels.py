@@ -1,0 +1,103 @@
+"""The fast path's CPU linear kernel: chosen by timing on this machine, remembered, recorded, and the same
+greedy outputs (within the float32 tolerances) whichever runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from adaptive_rag.lm import cpu_kernels
+from adaptive_rag.lm.hf import HFModel
+
+from test_fast_decoder import assert_same, lively_dir, prompts  # noqa: F401 - the fast-path tests' model, prompts, tolerances
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+
+
+@pytest.fixture
+def choices(tmp_path, monkeypatch):
+    path = tmp_path / "choices" / "cpu-kernels.json"
+    monkeypatch.setenv("ADAPTIVE_RAG_KERNEL_CHOICES", str(path))
+    return path
+
+
+def test_the_faster_kernel_is_chosen_and_packed_keeps_a_near_tie():
+    assert cpu_kernels.faster({"packed": {"1": 1.0, "8": 2.0}, "modules": {"1": 0.5, "8": 1.0}}) == "modules"
+    assert cpu_kernels.faster({"packed": {"1": 1.0, "8": 2.0}, "modules": {"1": 1.0, "8": 1.8}}) == "packed"  # 95 %
+    assert cpu_kernels.faster({"packed": {"8": 1.0}, "modules": {"8": 2.0}}) == "packed"
+
+
+def test_auto_times_both_kernels_once_per_machine_and_records_the_choice(lively_dir, choices):
+    first = HFModel(lively_dir, batch_size=3)
+    choice = first.kernel_choice
+    assert choice["how"] == "measured" and choice["kernel"] in cpu_kernels.KERNELS
+    assert set(choice["seconds"]) == set(cpu_kernels.KERNELS)
+    assert set(choice["seconds"]["packed"]) == {"1", "3"}  # one row (a call's tail) and the batch size
+    assert all(s > 0 for by_rows in choice["seconds"].values() for s in by_rows.values())
+    assert choice["kernel"] == cpu_kernels.faster(choice["seconds"])
+    assert bool(first.decoder.packed) == (choice["kernel"] == "packed")
+    assert first.identity().get("cpu_kernels") == ("modules" if choice["kernel"] == "modules" else None)
+    (entry,) = json.loads(choices.read_text()).values()
+    assert entry["kernel"] == choice["kernel"] and entry["seconds"] == choice["seconds"]
+
+    again = HFModel(lively_dir, batch_size=3).kernel_choice
+    assert again["how"] == "remembered" and again["kernel"] == choice["kernel"]
+    other_batch = HFModel(lively_dir, batch_size=2).kernel_choice  # other row counts: measured again
+    assert other_batch["how"] == "measured" and len(json.loads(choices.read_text())) == 2
+
+
+def test_a_remembered_choice_is_what_the_model_runs(lively_dir, choices):
+    key, _ = cpu_kernels.choice_key(list(HFModel(lively_dir, batch_size=3, cpu_kernels="packed").decoder.packed),
+                                    [1, 3])
+    choices.parent.mkdir()
+    for kernel in cpu_kernels.KERNELS:
+        choices.write_text(json.dumps({key: {"kernel": kernel, "seconds": {}}}))
+        lm = HFModel(lively_dir, batch_size=3)
+        assert lm.kernel_choice == {"kernel": kernel, "how": "remembered", "machine": lm.kernel_choice["machine"]}
+        assert bool(lm.decoder.packed) == (kernel == "packed")
+
+
+def test_an_unreadable_or_unwritable_choices_file_only_means_measuring_again(lively_dir, choices):
+    choices.parent.mkdir()
+    choices.write_text("not json")
+    assert HFModel(lively_dir, batch_size=3).kernel_choice["how"] == "measured"
+    assert json.loads(choices.read_text())  # replaced by a readable file
+    choices.unlink()
+    choices.parent.chmod(0o500)
+    try:
+        lm = HFModel(lively_dir, batch_size=3)
+        assert lm.kernel_choice["how"] == "measured" and not choices.exists() or choices.parent.stat().st_uid == 0
+    finally:
+        choices.parent.chmod(0o700)
+
+
+def test_a_setting_skips_the_timing_and_both_kernels_give_the_eager_outputs(lively_dir, choices):
+    packed = HFModel(lively_dir, batch_size=3, cpu_kernels="packed")
+    modules = HFModel(lively_dir, batch_size=3, cpu_kernels="modules")
+    eager = HFModel(lively_dir, batch_size=3, attention="eager")
+    assert packed.kernel_choice == {"kernel": "packed", "how": "setting", "machine": packed.kernel_choice["machine"]}
+    assert modules.kernel_choice["kernel"] == "modules" and not modules.decoder.packed
+    assert not choices.exists()  # nothing timed, nothing remembered
+    assert "cpu_kernels" not in packed.identity() and modules.identity()["cpu_kernels"] == "modules"
+    batch = prompts()
+    reference = eager.generate(batch, 8)
+    assert_same(packed.generate(batch, 8), reference)
+    assert_same(modules.generate(batch, 8), reference)
+
+
+def test_model_cpu_kernels_is_checked_and_reaches_the_run_key():
+    import yaml
+
+    from adaptive_rag.config import parse_params
+    from adaptive_rag.errors import ConfigError
+    from conftest import REPO
+
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert "cpu_kernels" not in parse_params(data).model.key()  # auto: every existing run key stays what it was
+    data["model"]["cpu_kernels"] = "modules"
+    assert parse_params(data).model.key()["cpu_kernels"] == "modules"
+    data["model"]["cpu_kernels"] = "fastest"
+    with pytest.raises(ConfigError, match="cpu_kernels"):
+        parse_params(data)
