@@ -260,3 +260,20 @@ def test_check_params_refuses_bad_names_and_values_in_one_line(base, tmp_path, m
     monkeypatch.chdir(REPO)
     assert cli.main(["--params", str(params), "check-params"]) == 2
     assert capsys.readouterr().err == f"error: {params}: {line}\n"
+
+
+def test_a_params_file_that_is_a_pipe_is_refused_for_what_it_is(tmp_path, monkeypatch, capsys):
+    """Not read once: Snakemake and every step read the params file again, and a second reader of a pipe
+    would wait on it."""
+    import os
+
+    from adaptive_rag import cli
+
+    os.mkfifo(tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--params", "params.yaml", "check-params"]) == 2
+    assert capsys.readouterr().err == "error: params file params.yaml: not a regular file (a named pipe (FIFO))\n"
+    (tmp_path / "params.yaml").unlink()
+    (tmp_path / "params.yaml").write_bytes(b"seed: 1 # caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"^params.yaml: line 1: not UTF-8 text \(invalid continuation byte\)$"):
+        load_params("params.yaml")

@@ -1117,9 +1117,10 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
 
 
 def load_params(path: str | os.PathLike = "params.yaml") -> Params:
+    """The params file, which must be a regular file: a named pipe is refused, not read once, because
+    one build reads the file many times (Snakemake's start-up, then every job's step) and each reader
+    after the first would wait on an empty pipe."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"params file not found: {path}")
     return parse_params(read_yaml(path, "params file", ConfigError), str(path))
 
 
