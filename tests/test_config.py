@@ -277,3 +277,31 @@ def test_a_params_file_that_is_a_pipe_is_refused_for_what_it_is(tmp_path, monkey
     (tmp_path / "params.yaml").write_bytes(b"seed: 1 # caf\xe9\n")
     with pytest.raises(ConfigError, match=r"^params.yaml: line 1: not UTF-8 text \(invalid continuation byte\)$"):
         load_params("params.yaml")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["methods"]["adaptive-retrieval"].pop("popularity_proxy"),  # page views: the user's file
+     r"methods.adaptive-retrieval.popularity: file not found: data/popularity/demo-single-small.json \(read on demo-single-small\); "
+     r"no rule of the workflow makes it: provide a JSON object mapping each question id to its entity's monthly "
+     r"Wikipedia page views"),
+    (lambda d: d["methods"]["radio"].update(detector="data/detectors/mine.safetensors"),
+     r"methods.radio.detector: file not found: data/detectors/mine.safetensors \(read on demo-single-small\); no rule of the "
+     r"workflow makes it; the workflow trains data/detectors/radio.safetensors \(when detectors.radio is "
+     r"configured\): name that, or a file that exists"),
+    (lambda d: d["detectors"].pop("radio"),
+     r"methods.radio.detector: file not found: data/detectors/radio.safetensors \(read on demo-single-small\); no rule of the "
+     r"workflow makes it while detectors.radio is not configured \(configuring it adds the rule that trains it\)"),
+    (lambda d: d["methods"]["adaptive-rag"].update(classifier="classifier.safetensors"),
+     r"methods.adaptive-rag.classifier: file not found: classifier.safetensors \(read on demo-single-small\); no rule of "
+     r"the workflow makes it; the workflow trains data/complexity/classifier.safetensors \(when "
+     r"complexity_classifier is configured\): name that, or a file that exists"),
+])
+def test_a_file_a_method_reads_that_no_rule_makes_fails_check_params(base, monkeypatch, edit, message):
+    """Before, check-params said ok and Snakemake stopped at start-up with MissingInputException. The
+    detectors and the classifier the workflow trains (detectors:, complexity_classifier:) are not built
+    here, and are accepted at the paths their rules write."""
+    monkeypatch.chdir(REPO)
+    parse_params(copy.deepcopy(base), "params.yaml").check_inputs()
+    edit(base)
+    with pytest.raises(ConfigError, match=rf"^params.yaml: {message}$"):
+        parse_params(base, "params.yaml").check_inputs()

@@ -103,6 +103,7 @@ def ask(params: Params, question: str, method: str, dataset: str | None = None) 
     model_dir = built_model_dir(params)
     index_dir = built_index_dir(params, dataset, method)
     inputs = method_inputs(params, dataset, method)
+    params.check_model_tokens([(dataset, method)], model_dir)  # before the weights load
     retriever = open_method_retriever(params, dataset, method, index_dir)
     kept = KeptPassages(retriever) if retriever is not None else None
     lm = build_model(params, model_dir, 0)

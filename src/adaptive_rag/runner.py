@@ -70,6 +70,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
               "template": file_digest(resolve_template(ds.template or DEFAULT_TEMPLATE)),
               "model": digest(_model_files(params, model_dir)),
               "index": digest(retriever.identity() if retriever else None), "code": code_digest()}
+    params.check_model_tokens([(dataset, method)], model_dir)  # before the weights load
     with ProgressLog(out_dir, rank, inputs) as progress:
         done = progress.finished(batch_ids)
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]

@@ -136,6 +136,10 @@ class Method:
     # Declared inputs that a rule makes from files the run already reads (a split, the corpus behind its
     # index): the run's own Snakemake target makes them, so a DVC stage lists those files, not these.
     derived_inputs: frozenset[str] = frozenset()
+    # Declared inputs a rule of the workflow trains (name -> (the path it writes, the params section whose
+    # presence defines the rule)): check-params accepts that path before it is built, while the section
+    # is configured; any other declared input that no rule makes must exist.
+    trained_inputs: dict[str, tuple[str, str]] = {}
 
     @classmethod
     def calibration_dataset(cls, settings: dict[str, Any], dataset: str) -> str | None:
@@ -169,6 +173,13 @@ class Method:
         """A setting this configuration cannot have when it searches the `kind` index (bm25, dense or
         dense:<name>), as (key, why): check-params refuses it naming the key, before any work. None:
         nothing conflicts (every type but those that read more of an index than its search results)."""
+        return None
+
+    @classmethod
+    def tokens_problem(cls, settings: dict[str, Any], tokens: set[str], model: str) -> str | None:
+        """Why a model whose tokenizer holds `tokens` cannot run this configuration (tokens the method
+        writes or reads that it lacks), naming `model`; None: nothing is missing. Asked by check-params and
+        before a run loads the weights, from the saved tokenizer's files (`lm.models.tokenizer_tokens`)."""
         return None
 
     @classmethod

@@ -122,14 +122,21 @@ def postprocess(text: str) -> str:
     return text.strip()
 
 
+def missing_reflection_tokens(tokens, model: str) -> str | None:
+    """Why a model whose tokenizer holds `tokens` cannot run Self-RAG (None: it holds every reflection token)."""
+    missing = [name for name in REFLECTION_TOKENS if name not in tokens]
+    if not missing:
+        return None
+    return (f"model {model!r} has no Self-RAG reflection tokens ({', '.join(missing)}); set "
+            f"model.source: {SELF_RAG_MODEL} (params/self-rag.yaml)")
+
+
 def reflection_ids(lm) -> dict[str, int]:
     """Token id of every reflection token in the model's tokenizer; refuses a model without them."""
     vocab = lm.tokenizer.get_vocab()
-    missing = [name for name in REFLECTION_TOKENS if name not in vocab]
-    if missing:
-        model = lm.identity().get("model", "?")
-        raise ConfigError(f"method self-rag: model {model!r} has no Self-RAG reflection tokens "
-                          f"({', '.join(missing)}); set model.source: {SELF_RAG_MODEL} (params/self-rag.yaml)")
+    problem = missing_reflection_tokens(vocab, lm.identity().get("model", "?"))
+    if problem:
+        raise ConfigError(f"method self-rag: {problem}")
     return {name: vocab[name] for name in REFLECTION_TOKENS}
 
 
@@ -161,6 +168,10 @@ class SelfRAG(Method):
             "max_new_tokens": section.int("max_new_tokens", 100, minimum=1),  # README's QA commands
             "retriever": cls.read_retriever(section),
         }
+
+    @classmethod
+    def tokens_problem(cls, settings, tokens, model) -> str | None:
+        return missing_reflection_tokens(tokens, model)
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
