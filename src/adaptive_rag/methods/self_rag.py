@@ -178,6 +178,9 @@ class SelfRAG(Method):
         # Before any generation: a model without the tokens would be asked for meaningless positions.
         self.ids = reflection_ids(context.lm) if context.lm is not None else {}
 
+    def opening_call(self, question: str) -> tuple[Prompt, int]:
+        return Prompt(text=PROMPT.format(question=question)), self.settings["max_new_tokens"]
+
     def answer_batch(self, examples) -> list[Answer]:
         s = self.settings
         start = time.perf_counter()
