@@ -31,6 +31,7 @@ def _params(args):
 def cmd_check_params(args) -> None:
     params = _params(args)
     params.check_inputs()
+    params.check_runs()
     named = len(params.named_methods)
     print(f"{args.params}: ok ({len(params.datasets)} datasets; {len(params.methods)} method configurations: "
           f"{named} named + {len(params.methods) - named} ablation variants of {len(params.ablations)} "

@@ -21,7 +21,6 @@ from .evaluation.intervals import ReportConfig
 from .io import NOT_FOUND, file_problem, read_yaml
 from .lm.capabilities import ARCHITECTURES, ATTENTION_PATHS, DTYPES, missing, model_capabilities
 from .lm.models import PYPI_SOURCES, tokenizer_tokens
-from .methods.base import Method
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import read_exemplars, resolve_exemplars
 from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
@@ -390,6 +389,12 @@ class Params:
             raise ConfigError(f"{self.source}: {key}: {path} is {problem}; name a regular file{more}")
         for name, ds in self.datasets.items():
             self._check_exemplars(name, ds)
+
+    def check_runs(self) -> None:
+        """What `check-params` checks beyond `check_inputs`, over every planned run: the files its method
+        reads exist or a rule makes them, and its model has the tokens it needs. Not at Snakemake's
+        start-up: a build of other targets must not be refused for a run it does not build (a build of
+        that run stops on the file itself, naming it)."""
         self._check_method_inputs()
         self.check_model_tokens(planned_runs((self.experiment_datasets, self.experiment_methods), self.ablations))
 
@@ -398,9 +403,7 @@ class Params:
         reflection tokens), read from its saved files without loading the weights: in `model_dir`, else the
         model step's directory once built, else `model.source` where that is a local directory. Nothing is
         checked where no tokenizer file can be read so (a hub id not materialised, an API model)."""
-        own = Method.tokens_problem.__func__
-        asking = [(d, m) for d, m in sorted(runs)
-                  if method_class(self.methods[m].type).tokens_problem.__func__ is not own]
+        asking = [(d, m) for d, m in sorted(runs) if method_class(self.methods[m].type).checks_tokens]
         if not asking or self.model.backend != "hf":
             return
         directory = next((Path(c) for c in (model_dir, self.model_dir, self.model.source)

@@ -284,13 +284,13 @@ def test_check_params_reads_the_tokenizer_files_without_the_weights(tiny_llama_d
     data["methods"]["self-rag"] = {"type": "self-rag"}
     monkeypatch.chdir(REPO)
     with pytest.raises(ConfigError) as refused:
-        parse_params(data, "params.yaml").check_inputs()
+        parse_params(data, "params.yaml").check_runs()
     assert str(refused.value) == (
         f"params.yaml: methods.self-rag: {source / 'tokenizer.json'}: model 'plain' has no Self-RAG reflection "
         "tokens ([Retrieval], [No Retrieval], [Relevant], [Irrelevant], [Fully supported], [Partially supported], "
         "[No support / Contradictory], [Utility:1], [Utility:2], [Utility:3], [Utility:4], [Utility:5], "
         "<paragraph>, </paragraph>); set model.source: selfrag/selfrag_llama2_7b (params/self-rag.yaml)")
     data["model"].update(name="tiny-self-rag", source=str(tiny_self_rag_dir))
-    parse_params(data, "params.yaml").check_inputs()
+    parse_params(data, "params.yaml").check_runs()
     data["model"].update(source="selfrag/selfrag_llama2_7b")  # a hub id not materialised: nothing to read yet
-    parse_params(data, "params.yaml").check_inputs()
+    parse_params(data, "params.yaml").check_runs()

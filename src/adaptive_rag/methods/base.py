@@ -186,6 +186,8 @@ class Method:
         nothing conflicts (every type but those that read more of an index than its search results)."""
         return None
 
+    checks_tokens = False  # whether the type has a `tokens_problem` (so the tokenizer's files are read for it)
+
     @classmethod
     def tokens_problem(cls, settings: dict[str, Any], tokens: set[str], model: str) -> str | None:
         """Why a model whose tokenizer holds `tokens` cannot run this configuration (tokens the method

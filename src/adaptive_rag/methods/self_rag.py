@@ -169,6 +169,8 @@ class SelfRAG(Method):
             "retriever": cls.read_retriever(section),
         }
 
+    checks_tokens = True
+
     @classmethod
     def tokens_problem(cls, settings, tokens, model) -> str | None:
         return missing_reflection_tokens(tokens, model)
