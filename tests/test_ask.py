@@ -266,3 +266,77 @@ def test_the_answer_is_the_one_generate_writes(indexed, monkeypatch, capsys):
             assert record == trace
     finally:
         edit_params(indexed, lambda data: data["generation"].update(cache=CACHE))
+
+
+def test_a_question_longer_than_the_context_is_refused_before_the_model_runs(workspace, monkeypatch, capsys):
+    """The tiny Llama reads 8,192 positions. Before, a 16,200-token question ran (and was cached) past
+    them; now the method's first prompt, exemplars included, and its budget are measured first."""
+    monkeypatch.chdir(workspace)
+    cache = workspace / CACHE
+    before = cache.stat().st_size if cache.exists() else None
+    code, _, err = ask(capsys, "word " * 8100, "--method", "wo-rag")
+    assert code == 2
+    line = err.splitlines()[-1]
+    found = re.fullmatch(r"error: the question is 16,200 tokens; the first prompt of methods.wo-rag on demo is "
+                         r"(\d\d,\d{3}) tokens with it \(exemplars and template included\), which with the answer "
+                         r"budget of 12 new tokens is more than the model's context of 8,192 tokens: shorten the "
+                         r"question to at most (\d,\d{3}) tokens", line)
+    assert found, line
+    total, room = (int(n.replace(",", "")) for n in found.groups())
+    assert room == 8192 - 12 - (total - 16200)
+    assert (cache.stat().st_size if cache.exists() else None) == before  # no call reached the model
+    code, out, err = ask(capsys, "word " * (room // 2), "--method", "wo-rag")  # 2 tokens a word: fits
+    assert code == 0, err.splitlines()[-1]
+
+
+def test_a_question_that_is_not_utf8_is_one_line(workspace, monkeypatch, capsys):
+    """Bytes that are not UTF-8 reach argv as lone surrogates; before, the call cache's key failed with
+    UnicodeEncodeError."""
+    import os
+
+    monkeypatch.chdir(workspace)
+    code, _, err = ask(capsys, os.fsdecode(b"Who ran the caf\xe9 in Velmora?"), "--method", "wo-rag")
+    assert (code, err) == (2, "error: the question is not UTF-8 text: byte 0xe9 after 'Who ran the caf' (invalid "
+                              "continuation byte); pass it in UTF-8 (set the terminal's encoding to UTF-8, or "
+                              "convert it with iconv)\n")
+
+
+def test_adaptive_retrieval_on_page_views_says_why_a_typed_question_cannot_run(workspace, monkeypatch, capsys):
+    """Page views are keyed by a split's question ids: a typed question has none, and none can be looked
+    up offline. Before, it failed only after the model loaded, asking to add the question's id to the file."""
+    import yaml
+
+    monkeypatch.chdir(workspace)
+    data = yaml.safe_load((workspace / "params.yaml").read_text())
+    data["methods"]["adaptive-retrieval"] = {"threshold": 5}
+    (workspace / "page-views.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (workspace / "data/popularity").mkdir(parents=True, exist_ok=True)
+    (workspace / "data/popularity/demo.json").write_text('{"demo-000": 12}')
+    code, _, err = ask(capsys, QUESTION, "--method", "adaptive-retrieval", "--params", "page-views.yaml")
+    assert (code, err) == (2, "error: methods.adaptive-retrieval reads each question's popularity (its entity's "
+                              "page views) by the question's id from data/popularity/{dataset}.json, which a typed "
+                              "question has no entry in and whose page views cannot be looked up offline: ask a "
+                              "method with popularity_proxy: corpus-frequency (counted in the corpus for the typed "
+                              "question), or run the question in a split\n")
+
+
+@pytest.mark.slow  # the BM25 index is built by Anserini in a java process
+def test_adaptive_retrieval_counts_a_typed_questions_popularity_in_the_corpus(indexed, monkeypatch, capsys):
+    """With the corpus-frequency proxy the popularity depends on the question and the corpus alone: `ask`
+    counts it for the typed question as the `popularity` step counts a split's question. Before, `ask`
+    needed a split's popularity file and then found no entry for its question."""
+    import yaml
+
+    monkeypatch.chdir(indexed)
+    data = yaml.safe_load((indexed / "params.yaml").read_text())
+    data["methods"]["adaptive-retrieval"] = {"popularity_proxy": "corpus-frequency", "threshold": 1.0e9}
+    (indexed / "proxy.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    code, line, err = ask(capsys, QUESTION, "--method", "adaptive-retrieval", "--params", "proxy.yaml", "--json")
+    assert code == 0, err
+    step = json.loads(line)["steps"][0]
+    (indexed / "typed.jsonl").write_text(json.dumps({"id": "q", "question": QUESTION}) + "\n")
+    assert main(["--params", "proxy.yaml", "popularity", "--dataset", "demo", "--split", "typed.jsonl",
+                 "--out", "typed-popularity.json"]) == 0
+    [counted] = read_jsonl(indexed / "typed-popularity.entities.jsonl")
+    assert (step["entity"], step["popularity"]) == (counted["entity"], counted["popularity"])
+    assert step["retrieve"] and json.loads(line)["counters"]["retrievals"] == 1  # below 1e9: it retrieves

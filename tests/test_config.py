@@ -260,3 +260,49 @@ def test_check_params_refuses_bad_names_and_values_in_one_line(base, tmp_path, m
     monkeypatch.chdir(REPO)
     assert cli.main(["--params", str(params), "check-params"]) == 2
     assert capsys.readouterr().err == f"error: {params}: {line}\n"
+
+
+def test_a_params_file_that_is_a_pipe_is_refused_for_what_it_is(tmp_path, monkeypatch, capsys):
+    """Not read once: Snakemake and every step read the params file again, and a second reader of a pipe
+    would wait on it."""
+    import os
+
+    from adaptive_rag import cli
+
+    os.mkfifo(tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--params", "params.yaml", "check-params"]) == 2
+    assert capsys.readouterr().err == "error: params file params.yaml: not a regular file (a named pipe (FIFO))\n"
+    (tmp_path / "params.yaml").unlink()
+    (tmp_path / "params.yaml").write_bytes(b"seed: 1 # caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"^params.yaml: line 1: not UTF-8 text \(invalid continuation byte\)$"):
+        load_params("params.yaml")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["methods"]["adaptive-retrieval"].pop("popularity_proxy"),  # page views: the user's file
+     r"methods.adaptive-retrieval.popularity: file not found: data/popularity/demo-single-small.json \(read on demo-single-small\); "
+     r"no rule of the workflow makes it: provide a JSON object mapping each question id to its entity's monthly "
+     r"Wikipedia page views"),
+    (lambda d: d["methods"]["radio"].update(detector="data/detectors/mine.safetensors"),
+     r"methods.radio.detector: file not found: data/detectors/mine.safetensors \(read on demo-single-small\); no rule of the "
+     r"workflow makes it; the workflow trains data/detectors/radio.safetensors \(when detectors.radio is "
+     r"configured\): name that, or a file that exists"),
+    (lambda d: d["detectors"].pop("radio"),
+     r"methods.radio.detector: file not found: data/detectors/radio.safetensors \(read on demo-single-small\); no rule of the "
+     r"workflow makes it while detectors.radio is not configured \(configuring it adds the rule that trains it\)"),
+    (lambda d: d["methods"]["adaptive-rag"].update(classifier="classifier.safetensors"),
+     r"methods.adaptive-rag.classifier: file not found: classifier.safetensors \(read on demo-single-small\); no rule of "
+     r"the workflow makes it; the workflow trains data/complexity/classifier.safetensors \(when "
+     r"complexity_classifier is configured\): name that, or a file that exists"),
+])
+def test_a_file_a_method_reads_that_no_rule_makes_fails_check_params(base, monkeypatch, edit, message):
+    """Before, check-params said ok and Snakemake stopped at start-up with MissingInputException. The
+    detectors and the classifier the workflow trains (detectors:, complexity_classifier:) are not built
+    here, and are accepted at the paths their rules write."""
+    monkeypatch.chdir(REPO)
+    parse_params(copy.deepcopy(base), "params.yaml").check_runs()
+    edit(base)
+    parse_params(copy.deepcopy(base), "params.yaml").check_inputs()  # Snakemake's start-up: a build of other
+    with pytest.raises(ConfigError, match=rf"^params.yaml: {message}$"):  # targets is not refused for them
+        parse_params(base, "params.yaml").check_runs()

@@ -129,3 +129,25 @@ def test_the_cli_checks_then_rewrites(tmp_path, monkeypatch, capsys):
     assert main(["docs-tables", "docs/page.md"]) == 0
     assert main(["docs-tables", "--check", "docs/page.md"]) == 0
     assert "| 2 |" in page.read_text()
+
+
+def test_a_page_or_option_the_tool_cannot_read_is_one_line_naming_the_page(tmp_path, monkeypatch, capsys):
+    """A `where=` without its colon is refused whether or not the cited file is built here (it would
+    otherwise pass every check until the file is built); a page that is missing or not UTF-8 is named,
+    with the line of the byte."""
+    from adaptive_rag.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "page.md").write_text("intro\n<!-- table: reports/unbuilt.md; where=dataset -->\n<!-- /table -->\n")
+    for args in (["page.md"], ["--check", "page.md"]):
+        assert main(["docs-tables", *args]) == 2
+        assert capsys.readouterr().err == ("error: page.md:2: table option 'where=dataset': expected "
+                                           "where=COLUMN:VALUE\n")
+    (tmp_path / "page.md").write_text("<!-- table: reports/unbuilt.md; except=:demo -->\n<!-- /table -->\n")
+    assert main(["docs-tables", "page.md"]) == 2
+    assert capsys.readouterr().err == "error: page.md:1: table option 'except=:demo': expected except=COLUMN:VALUE\n"
+    (tmp_path / "latin1.md").write_bytes(b"intro\nun caf\xe9\n")
+    assert main(["docs-tables", "latin1.md"]) == 2
+    assert capsys.readouterr().err == "error: latin1.md: line 2: not UTF-8 text (invalid continuation byte)\n"
+    assert main(["docs-tables", "gone.md"]) == 2
+    assert capsys.readouterr().err == "error: docs page not found: gone.md\n"

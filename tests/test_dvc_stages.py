@@ -6,6 +6,7 @@ clone) is in tests/test_workflow.py."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,42 @@ def test_record_refuses_a_stale_dvc_yaml(tmp_path, monkeypatch, params):
     Path(".dvc").rmdir()
     with pytest.raises(InputError, match="is not a DVC repository"):
         record(params, [])
+
+
+def test_record_refuses_outputs_a_build_is_still_writing_before_writing_dvc_lock(tmp_path, monkeypatch, params):
+    """With or without the dry run: a Snakemake lock or incomplete marker naming a stage's output, or a run
+    directory holding its progress log (a generation writing, or killed), is refused by stage and path,
+    and dvc.lock is not written."""
+    import base64
+
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.yaml").write_text(render(params))
+    model = tmp_path / "data/models/smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    incomplete = tmp_path / ".snakemake/incomplete"
+    incomplete.mkdir(parents=True)
+    (incomplete / base64.urlsafe_b64encode(b"data/models/smollm2-135m-instruct").decode()).write_text("{}")
+    with pytest.raises(InputError) as err:
+        record(params, ["model"], check_snakemake=False)
+    assert str(err.value).splitlines() == [
+        "nothing recorded: these stages' outputs are still being written; wait for the build to finish, or if it "
+        "was killed, finish it with `snakemake --cores all model`:",
+        "  stage model: data/models/smollm2-135m-instruct: marked incomplete by Snakemake (its job runs, or was "
+        "killed)"]
+    shutil.rmtree(incomplete)
+    locks = tmp_path / ".snakemake/locks"
+    locks.mkdir()
+    (locks / "0.output.lock").write_text(f"{model / 'config.json'}\ndata/other.txt\n")  # Snakemake may write either form
+    with pytest.raises(InputError, match=r"stage model: \S+/config.json: an output of the Snakemake build running "
+                                         r"here \(.snakemake/locks/0.output.lock; if none runs, a killed one left "
+                                         r"it: `snakemake --unlock`\)$"):
+        record(params, ["model"], check_snakemake=False)
+    shutil.rmtree(locks)
+    run = tmp_path / "data/runs/demo/wo-rag"
+    (run / ".progress").mkdir(parents=True)  # a generation job: the run's outputs are written when it ends
+    with pytest.raises(InputError, match=r"stage generate_demo_wo-rag: data/runs/demo/wo-rag/.progress: a writer's "
+                                         r"unfinished file \(it runs, or was killed\)$"):
+        record(params, ["generate_demo_wo-rag"], check_snakemake=False)
+    assert not (tmp_path / "dvc.lock").exists()

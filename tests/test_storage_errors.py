@@ -181,3 +181,18 @@ def test_the_cli_reports_a_system_error_from_any_step_in_one_line(tmp_path, caps
     monkeypatch.setattr(cli, "cmd_check_params", reset)
     with pytest.raises(ConnectionResetError):
         cli.main(["check-params"])
+
+
+def test_an_output_under_or_at_an_existing_file_is_one_line_naming_the_path(tmp_path, capsys, monkeypatch):
+    """`corpus --out FILE` (a directory to make where a file is) and `split --out FILE/x` (a file to write
+    inside a file): one line naming the path and the file in the way, which is left as it is."""
+    (tmp_path / "taken").write_text("kept")
+    monkeypatch.chdir(REPO)
+    code = cli.main(["corpus", "--out", str(tmp_path / "taken")])
+    assert (code, capsys.readouterr().err) == (2, f"error: {tmp_path / 'taken'}: is a file, where a directory is "
+                                                  f"expected: name a directory instead (the file is left as it is)\n")
+    for out in (tmp_path / "taken" / "x", tmp_path / "taken" / "x" / "demo.jsonl"):
+        code, err = split(out, capsys, monkeypatch)
+        assert (code, err) == (2, f"error: {out}: {tmp_path / 'taken'} is a file, so nothing can be written inside "
+                                  f"it: name a path under a directory (the file is left as it is)\n")
+    assert (tmp_path / "taken").read_text() == "kept" and leftovers(tmp_path) == []

@@ -10,6 +10,7 @@ the passages it returned, so that their text can be shown beside the ids the tra
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,23 +92,64 @@ def built_index_dir(params: Params, dataset: str, method: str) -> Path | None:
     return index_dir
 
 
+def check_utf8(question: str) -> None:
+    """A question from the command line is text: bytes that are not UTF-8 reach Python as lone surrogates
+    (`surrogateescape`), which no prompt, cache key or trace can hold; refused naming the first such byte."""
+    raw = os.fsencode(question)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[:exc.start].decode("utf-8", "replace")[-20:]
+        raise InputError(f"the question is not UTF-8 text: byte 0x{raw[exc.start]:02x} after {before!r} "
+                         f"({exc.reason}); pass it in UTF-8 (set the terminal's encoding to UTF-8, or convert it "
+                         f"with iconv)") from None
+
+
+def check_fits(runner, lm, question: str, what: str, encoder_only: bool = False) -> None:
+    """The method's first prompt on `question` (exemplars and template included) and its token budget
+    within the model's context, measured with the model's own tokenizer before the model runs; refused
+    naming the numbers and how long the question may be. A model that states no context (an API model,
+    whose server refuses itself) is not checked. `encoder_only`: the budget is the decoder's, apart."""
+    limit = getattr(lm, "context_length", None)
+    tokenizer = getattr(lm, "tokenizer", None)
+    if not limit or tokenizer is None:
+        return
+    prompt, budget = runner.opening_call(question)
+    budget = 0 if encoder_only else budget
+    total = len(lm.encode(prompt)[0])
+    if total + budget <= limit:
+        return
+    own = len(tokenizer(question, add_special_tokens=False)["input_ids"])
+    room = limit - budget - (total - own)
+    fix = (f"shorten the question to at most {room:,} tokens" if room > 0 else
+           "even an empty question does not fit: use fewer exemplars (num_exemplars) or a smaller budget")
+    raise InputError(f"the question is {own:,} tokens; the first prompt of {what} is {total:,} tokens with it "
+                     f"(exemplars and template included), which with the answer budget of {budget:,} new tokens is "
+                     f"more than the model's context of {limit:,} tokens: {fix}")
+
+
 def ask(params: Params, question: str, method: str, dataset: str | None = None) -> Asked:
     """Run `method` on `question` with `dataset`'s exemplars and template (default: the experiment's
     first dataset), exactly as a generation run would answer it."""
     from .lm.factory import build_model
 
+    check_utf8(question)
     if not question.strip():
         raise InputError("the question is empty: pass it as the first argument, quoted")
+    question = question.strip()
     dataset = dataset or params.experiment_datasets[0]
     ds, mcfg = params.dataset(dataset), params.method(method)
     model_dir = built_model_dir(params)
+    typed = method_class(mcfg.type).typed_question(mcfg.settings_for(dataset), question, params, method)
     index_dir = built_index_dir(params, dataset, method)
-    inputs = method_inputs(params, dataset, method)
+    inputs = method_inputs(params, dataset, method, typed=True)
+    params.check_model_tokens([(dataset, method)], model_dir)  # before the weights load
     retriever = open_method_retriever(params, dataset, method, index_dir)
     kept = KeptPassages(retriever) if retriever is not None else None
     lm = build_model(params, model_dir, 0)
-    runner = build_method(params, dataset, method, lm, kept, inputs)
-    example = Example(id=QUESTION_ID, question=question.strip(), answers=[], answer_type="span")
+    runner = build_method(params, dataset, method, lm, kept, inputs, typed)
+    check_fits(runner, lm, question, f"methods.{method} on {dataset}", params.model.architecture == "seq2seq")
+    example = Example(id=QUESTION_ID, question=question, answers=[], answer_type="span")
     record = question_record(example, runner.answer_batch([example])[0])
     return Asked(params=params.source, dataset=dataset, method=method, method_type=mcfg.type,
                  settings=runner.settings, exemplars=f"{resolve_exemplars(ds.exemplars)} ({ds.num_exemplars})",

@@ -31,6 +31,7 @@ def _params(args):
 def cmd_check_params(args) -> None:
     params = _params(args)
     params.check_inputs()
+    params.check_runs()
     named = len(params.named_methods)
     print(f"{args.params}: ok ({len(params.datasets)} datasets; {len(params.methods)} method configurations: "
           f"{named} named + {len(params.methods) - named} ablation variants of {len(params.ablations)} "
@@ -375,8 +376,8 @@ def cmd_methods(args) -> None:
 def cmd_docs_tables(args) -> int:
     from .reports.docs_tables import pages, sync
 
-    root = Path.cwd()
-    targets = [Path(f).resolve() for f in args.files] if args.files else pages(root)
+    root = Path(".")  # paths relative to here, so that a message names a page or an output as it was typed
+    targets = [Path(f) for f in args.files] if args.files else pages(root)
     differing, done, absent = sync(root, targets, check=args.check)
     for where in absent:
         print(f"not built here, left as it is: {where}")
@@ -682,7 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                               "ablation); default: every stage of dvc.yaml that "
                                                               "was built (those never built are named, not recorded)")
     p.add_argument("--no-dry-run", action="store_true", help="skip the `snakemake --dry-run` check that the "
-                                                             "outputs are current (faster; trust they are)")
+                                                             "outputs are current (faster; trust they are; outputs a "
+                                                             "build is still writing are refused either way)")
     p = step("model", cmd_model, "materialise model.source into a local Hugging Face directory")
     p.add_argument("--out", required=True, help="the directory to write (the workflow's: data/models/<model.name>)")
     p = step("download", cmd_download, "fetch one `downloads:` entry (resumable, verified, mirror-aware) "

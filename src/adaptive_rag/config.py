@@ -20,7 +20,7 @@ from .errors import ConfigError, InputError
 from .evaluation.intervals import ReportConfig
 from .io import NOT_FOUND, file_problem, read_yaml
 from .lm.capabilities import ARCHITECTURES, ATTENTION_PATHS, DTYPES, missing, model_capabilities
-from .lm.models import PYPI_SOURCES
+from .lm.models import PYPI_SOURCES, tokenizer_tokens
 from .methods.registry import method_class, validate_settings
 from .prompts.fewshot import read_exemplars, resolve_exemplars
 from .prompts.template import DEFAULT as DEFAULT_TEMPLATE, load_template, resolve_template
@@ -394,6 +394,78 @@ class Params:
             raise ConfigError(f"{self.source}: {key}: {path} is {problem}; name a regular file{more}")
         for name, ds in self.datasets.items():
             self._check_exemplars(name, ds)
+
+    def check_runs(self) -> None:
+        """What `check-params` checks beyond `check_inputs`, over every planned run: the files its method
+        reads exist or a rule makes them, and its model has the tokens it needs. Not at Snakemake's
+        start-up: a build of other targets must not be refused for a run it does not build (a build of
+        that run stops on the file itself, naming it)."""
+        self._check_method_inputs()
+        self.check_model_tokens(planned_runs((self.experiment_datasets, self.experiment_methods), self.ablations))
+
+    def check_model_tokens(self, runs, model_dir: str | os.PathLike | None = None) -> None:
+        """Each run's method against the tokens of the model's tokenizer (`Method.tokens_problem`: Self-RAG's
+        reflection tokens), read from its saved files without loading the weights: in `model_dir`, else the
+        model step's directory once built, else `model.source` where that is a local directory. Nothing is
+        checked where no tokenizer file can be read so (a hub id not materialised, an API model)."""
+        asking = [(d, m) for d, m in sorted(runs) if method_class(self.methods[m].type).checks_tokens]
+        if not asking or self.model.backend != "hf":
+            return
+        directory = next((Path(c) for c in (model_dir, self.model_dir, self.model.source)
+                          if c is not None and Path(c).is_dir()), None)
+        read = tokenizer_tokens(directory) if directory is not None else None
+        if read is None:
+            return
+        tokens, source = read
+        for dataset, method in asking:
+            cfg = self.methods[method]
+            problem = method_class(cfg.type).tokens_problem(cfg.settings_for(dataset), tokens, self.model.name)
+            if problem:
+                raise ConfigError(f"{self.source}: methods.{method}: {source}: {problem}")
+
+    def _check_method_inputs(self) -> None:
+        """Each file a planned run's method declares (`Method.inputs`) exists, or a rule of the workflow
+        makes it: a calibration, a `derived_inputs` file, or a `trained_inputs` path while its section is
+        configured. Otherwise Snakemake would stop at start-up (MissingInputException) or a run fail late."""
+        variants = {v.method: (a.name, v) for a in self.ablations.values() for v in a.variants}
+        runs = planned_runs((self.experiment_datasets, self.experiment_methods), self.ablations)
+        for dataset, method in sorted(runs):
+            cfg = self.methods[method]
+            cls = method_class(cfg.type)
+            for name, path in cls.inputs(cfg.settings_for(dataset), dataset, method).items():
+                trained = cls.trained_inputs.get(name)
+                if (name == "calibration" or name in cls.derived_inputs or (problem := file_problem(path)) is None
+                        or trained and os.path.normpath(path) == os.path.normpath(trained[0])
+                        and self._configured(trained[1])):
+                    continue
+                if method in variants:
+                    ablation, variant = variants[method]
+                    key = (f"ablations.{ablation}.vary.{name}" if name in variant.values
+                           else f"methods.{variant.values.get('method', variant.base)}.{name}")
+                else:
+                    key = f"methods.{method}.{name}"
+                if problem != NOT_FOUND:
+                    raise ConfigError(f"{self.source}: {key}: {path} is {problem}; name a regular file")
+                if name in cls.provided_inputs:
+                    why = f": provide {cls.provided_inputs[name]}"
+                elif trained and os.path.normpath(path) == os.path.normpath(trained[0]):
+                    why = f" while {trained[1]} is not configured (configuring it adds the rule that trains it)"
+                elif trained:
+                    why = (f"; the workflow trains {trained[0]} (when {trained[1]} is configured): name that, or a "
+                           f"file that exists")
+                else:
+                    why = ""
+                raise ConfigError(f"{self.source}: {key}: file not found: {path} (read on {dataset}); no rule of "
+                                  f"the workflow makes it{why}")
+
+    def _configured(self, section: str) -> bool:
+        """Whether a dotted params section (`detectors.radio`, `complexity_classifier`) is configured."""
+        node: Any = self
+        for part in section.split("."):
+            node = getattr(node, part, None)
+            if node is None:
+                return False
+        return True
 
     def _check_exemplars(self, name: str, ds: DatasetConfig) -> None:
         """`num_exemplars` against the set it takes them from (a file not downloaded yet is checked when read)."""
@@ -1123,9 +1195,10 @@ def parse_params(data: Any, source: str = "params.yaml") -> Params:
 
 
 def load_params(path: str | os.PathLike = "params.yaml") -> Params:
+    """The params file, which must be a regular file: a named pipe is refused, not read once, because
+    one build reads the file many times (Snakemake's start-up, then every job's step) and each reader
+    after the first would wait on an empty pipe."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"params file not found: {path}")
     return parse_params(read_yaml(path, "params file", ConfigError), str(path))
 
 

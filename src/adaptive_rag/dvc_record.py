@@ -13,6 +13,11 @@ and answers no when there is no terminal). Before that we check, in order:
    experiment, not the ablations, the detectors or an index only they search, so those are left out
    and named (`Recorded.unbuilt`), to be recorded once built; a stage with some outputs missing is an
    incomplete build and stops everything, as does any missing file of a stage named explicitly;
+   Before that, no output of those stages may still be being written (`being_written`): Snakemake's
+   lock names it as an output of a running build, Snakemake marks it incomplete (its job runs, or was
+   killed), or it holds a generation's progress log or a writer's hidden temporary. An output being
+   written exists in part (a run's directory exists from its first batch), so without this check
+   `--no-dry-run` would record it half-made;
 3. Snakemake has nothing left to do for those stages' targets (`snakemake -n`): outputs that exist but
    are stale (params.yaml edited since the build) or incomplete (a killed job) must not be recorded
    as if they matched the current settings.
@@ -22,6 +27,9 @@ Afterwards `dvc status` of the recorded stages must be clean, which is checked t
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -56,6 +64,77 @@ def missing_paths(stages: dict, names: list[str]) -> list[tuple[str, str, str]]:
                 if not Path(path).exists():
                     missing.append((name, "output" if what == "outs" else "dependency", path))
     return missing
+
+
+SNAKEMAKE_STATE = Path(".snakemake")
+
+
+def _inside(path: str, outs: dict[str, str]) -> str | None:
+    """The stage one of whose outputs is `path` or holds it (`outs`: output -> stage), else None."""
+    parts = Path(os.path.normpath(path)).parts
+    return next((stage for out, stage in outs.items() if parts[:len(Path(out).parts)] == Path(out).parts), None)
+
+
+def _locked_outputs() -> list[tuple[str, str]]:
+    """(path, lock file) for each output a running Snakemake has locked in this directory (its
+    `.snakemake/locks/N.output.lock` lists the build's outputs, one a line, until it ends)."""
+    return [(line.strip(), str(lock)) for lock in sorted((SNAKEMAKE_STATE / "locks").glob("*.output.lock"))
+            if lock.is_file() for line in lock.read_text(encoding="utf-8", errors="replace").splitlines()
+            if line.strip()]
+
+
+def _incomplete_outputs() -> list[str]:
+    """The outputs Snakemake has marked incomplete: one file under `.snakemake/incomplete` per output of
+    a job that started and has not finished (or was killed), named by the path's URL-safe base64, cut
+    into directories named `@<part>` where the name is too long for one."""
+    root = SNAKEMAKE_STATE / "incomplete"
+    found = []
+    for marker in root.rglob("*") if root.is_dir() else ():
+        if not marker.is_file() or marker.name == "migration_underway":
+            continue
+        encoded = "".join(part.lstrip("@") for part in marker.relative_to(root).parts)
+        with contextlib.suppress(ValueError):
+            found.append(base64.urlsafe_b64decode(encoded).decode("utf-8"))
+    return found
+
+
+def _partial_files(out: str) -> list[str]:
+    """What a writer leaves in or beside `out` until it is done: a generation's progress log
+    (`<run>/.progress`, removed when the run's outputs are written) and the hidden temporaries outputs are
+    written to before their rename (`io.atomic_write`, `io.staging_dir`)."""
+    path = Path(out)
+    found = [str(path / ".progress")] if (path / ".progress").exists() else []
+    found += [str(p) for p in sorted(path.parent.glob(f".{path.name}.*.tmp"))]
+    if path.is_dir():
+        found += [str(p) for p in sorted(path.glob(".*.tmp"))]
+    return found
+
+
+def being_written(stages: dict, names: list[str]) -> list[tuple[str, str, str]]:
+    """(stage, path, why) for each output of the chosen stages that a build is still writing, or that a
+    killed one left part-written."""
+    outs = {os.path.normpath(out): name for name in names for out in stages[name]["outs"]}
+    found = []
+    for path, lock in _locked_outputs():
+        if (stage := _inside(os.path.relpath(path) if os.path.isabs(path) else path, outs)) is not None:
+            found.append((stage, path, f"an output of the Snakemake build running here ({lock}; if none runs, "
+                                       "a killed one left it: `snakemake --unlock`)"))
+    for path in _incomplete_outputs():
+        if (stage := _inside(os.path.relpath(path) if os.path.isabs(path) else path, outs)) is not None:
+            found.append((stage, path, "marked incomplete by Snakemake (its job runs, or was killed)"))
+    for out, stage in outs.items():
+        for path in _partial_files(out):
+            found.append((stage, path, "a writer's unfinished file (it runs, or was killed)"))
+    return found
+
+
+def refusal(stages: dict, rows: list[tuple[str, str]], why: str) -> InputError:
+    """`nothing recorded: <why>:` and a line per (stage, problem), the first 20; `{build}` in `why` is the
+    Snakemake command that builds those stages."""
+    lines = [f"  stage {stage}: {problem}" for stage, problem in rows[:20]]
+    more = [f"  ... and {len(rows) - 20} more"] if len(rows) > 20 else []
+    build = " ".join([SNAKEMAKE, *dict.fromkeys(target(stages[stage]) for stage, _ in rows)])
+    return InputError(f"nothing recorded: {why.format(build=build)}:\n" + "\n".join(lines + more))
 
 
 def target(stage: dict) -> str:
@@ -115,14 +194,16 @@ def record(params, names: list[str], dvc_yaml: str = "dvc.yaml", check_snakemake
         raise InputError(f"nothing recorded: no stage of {dvc_yaml} has been built yet; build with "
                          f"`{SNAKEMAKE}` first")
     chosen = [name for name in chosen if name not in unbuilt]
+    writing = being_written(stages, chosen)
+    if writing:
+        raise refusal(stages, [(stage, f"{path}: {why}") for stage, path, why in writing],
+                      "these stages' outputs are still being written; wait for the build to finish, or if it was "
+                      "killed, finish it with `{build}`")
     missing = missing_paths(stages, chosen)
     if missing:
-        lines = [f"  stage {stage}: {what} {path} does not exist" for stage, what, path in missing[:20]]
-        more = [f"  ... and {len(missing) - 20} more"] if len(missing) > 20 else []
-        targets = list(dict.fromkeys(target(stages[s]) for s, _, _ in missing))
-        raise InputError("nothing recorded: these stages' files are missing (build them first with "
-                         f"`{SNAKEMAKE} {' '.join(targets)}`, or record only the built stages by name):\n"
-                         + "\n".join(lines + more))
+        raise refusal(stages, [(stage, f"{what} {path} does not exist") for stage, what, path in missing],
+                      "these stages' files are missing (build them first with `{build}`, or record only the "
+                      "built stages by name)")
     if check_snakemake:
         targets = [target(stages[name]) for name in chosen]
         jobs = pending_jobs(targets)

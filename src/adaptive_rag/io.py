@@ -39,6 +39,7 @@ FILE_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a characte
               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 NOT_FOUND = "file not found"
 IS_A_DIRECTORY = "is a directory, where a file is expected: name a file instead (the directory is left as it is)"
+IS_A_FILE = "is a file, where a directory is expected: name a directory instead (the file is left as it is)"
 
 
 def storage_error(exc: OSError, path: str | os.PathLike | None = None) -> StorageError | None:
@@ -54,9 +55,30 @@ def storage_error(exc: OSError, path: str | os.PathLike | None = None) -> Storag
         return StorageError(f"{where}{what}; {RESUMES.format(fix=fix)}")
     if exc.errno == errno.EISDIR:
         return StorageError(f"{where}{IS_A_DIRECTORY}")
+    blocker = file_in_the_way(path if path is not None else exc.filename) \
+        if exc.errno in (errno.EEXIST, errno.ENOTDIR) else None
+    if blocker is not None:  # a directory to make, or to write in, is an existing file
+        where_path = Path(path if path is not None else exc.filename)
+        if blocker == where_path:
+            return StorageError(f"{where}{IS_A_FILE}")
+        return StorageError(f"{where}{blocker} is a file, so nothing can be written inside it: name a path "
+                            f"under a directory (the file is left as it is)")
     if exc.errno == errno.ENAMETOOLONG:
         return StorageError(f"{where}a name in this path is longer than the file system allows (255 bytes on most "
                             f"file systems): shorten it")
+    return None
+
+
+def file_in_the_way(path: str | os.PathLike | None) -> Path | None:
+    """The first of `path`'s directories (from the top), or `path` itself, that exists and is no
+    directory: what makes creating `path` as a directory, or anything under it, fail with EEXIST or
+    ENOTDIR. None when nothing is in the way (the error then had another cause)."""
+    if path is None:
+        return None
+    path = Path(path)
+    for candidate in (*reversed(path.parents), path):
+        if candidate.exists() and not candidate.is_dir():
+            return candidate
     return None
 
 
@@ -165,14 +187,26 @@ def file_problem(path: str | os.PathLike) -> str | None:
     return f"not a regular file ({kind})"
 
 
-def require_file(path: str | os.PathLike, what: str) -> Path:
+def require_file(path: str | os.PathLike, what: str, error: type[Exception] = InputError) -> Path:
     path = Path(path)
     problem = file_problem(path)
     if problem == NOT_FOUND:
-        raise InputError(f"{what} not found: {path}")
+        raise error(f"{what} not found: {path}")
     if problem is not None:
-        raise InputError(f"{what} {path}: {problem}")
+        raise error(f"{what} {path}: {problem}")
     return path
+
+
+def read_text(path: str | os.PathLike, what: str, error: type[Exception] = InputError) -> str:
+    """The UTF-8 text of a regular file; a missing or irregular file, or a byte that is not UTF-8, is
+    `error` naming the file (and the line of the byte)."""
+    path = require_file(path, what, error)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(f"{path}: line {line}: not UTF-8 text ({exc.reason})") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -204,11 +238,10 @@ def read_yaml(path: str | os.PathLike, what: str = "YAML file", error: type[Exce
     """A YAML file (unique keys), or `error` naming the file and line (params files raise ConfigError)."""
     import yaml
 
-    path = require_file(path, what)
+    path = Path(path)
+    text = read_text(path, what, error)
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=unique_key_loader())  # noqa: S506 - a SafeLoader
-    except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text ({exc.reason})") from None
+        return yaml.load(text, Loader=unique_key_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}:" if mark else ""

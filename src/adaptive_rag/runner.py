@@ -74,6 +74,7 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
               "template": file_digest(resolve_template(ds.template or DEFAULT_TEMPLATE)),
               "model": digest(_model_files(params, model_dir)),
               "index": digest(retriever.identity() if retriever else None), "code": code_digest()}
+    params.check_model_tokens([(dataset, method)], model_dir)  # before the weights load
     with ProgressLog(out_dir, rank, inputs) as progress:
         done = progress.finished(batch_ids)
         mine = [b for b in range(len(batches)) if b % world == rank and b not in done]
@@ -141,12 +142,14 @@ def open_method_retriever(params: Params, dataset: str, method: str, index_dir: 
     return open_retriever(params.retriever_kind(dataset, method), index_dir, params.retrieval.k1, params.retrieval.b)
 
 
-def method_inputs(params: Params, dataset: str, method: str) -> dict[str, Path]:
+def method_inputs(params: Params, dataset: str, method: str, typed: bool = False) -> dict[str, Path]:
     """The files a configuration declares (`Method.inputs`: a calibration, detectors), each checked to
-    exist: a missing one is refused naming the Snakemake target that makes it."""
+    exist: a missing one is refused naming the Snakemake target that makes it. `typed`: for a question
+    typed to `ask`, without those keyed by a split's question ids (`Method.per_question_inputs`)."""
     mcfg = params.method(method)
     cls = method_class(mcfg.type)
-    declared = {name: Path(path) for name, path in cls.inputs(mcfg.settings_for(dataset), dataset, method).items()}
+    declared = {name: Path(path) for name, path in cls.inputs(mcfg.settings_for(dataset), dataset, method).items()
+                if not (typed and name in cls.per_question_inputs)}
     for name, path in declared.items():
         if not path.is_file():
             make = (f"provide {cls.provided_inputs[name]}" if name in cls.provided_inputs
@@ -156,7 +159,7 @@ def method_inputs(params: Params, dataset: str, method: str) -> dict[str, Path]:
 
 
 def method_context(params: Params, dataset: str, lm: "LanguageModel | None", retriever: "Retriever | None" = None,
-                   inputs: dict[str, Path] | None = None) -> Context:
+                   inputs: dict[str, Path] | None = None, typed: dict | None = None) -> Context:
     """What a method of a run on `dataset` is given: the dataset's exemplars, template and token budget,
     the model's prompt format, the generation and retrieval settings every method shares."""
     ds = params.dataset(dataset)
@@ -166,11 +169,11 @@ def method_context(params: Params, dataset: str, lm: "LanguageModel | None", ret
                    answer_fallback_tokens=params.generation.answer_fallback_tokens,
                    query_max_words=params.retrieval.query_max_words,
                    query_max_tokens=params.retrieval.query_max_tokens, inputs=inputs or {},
-                   template=load_template(ds.template))
+                   template=load_template(ds.template), typed=typed or {})
 
 
 def build_method(params: Params, dataset: str, method: str, lm: "LanguageModel | None",
-                 retriever: "Retriever | None", inputs: dict[str, Path]) -> Method:
+                 retriever: "Retriever | None", inputs: dict[str, Path], typed: dict | None = None) -> Method:
     """The configured method for `dataset`, as every generation runs it (`generate`, `ask`): the model's
     capabilities checked against what the settings need (no model: a resumed run with nothing left)."""
     mcfg = params.method(method)
@@ -180,7 +183,7 @@ def build_method(params: Params, dataset: str, method: str, lm: "LanguageModel |
         from .lm.base import require
 
         require(lm.capabilities, cls.needs_for(settings), f"method {method!r}", params.model.backend)
-    return cls(settings, method_context(params, dataset, lm, retriever, inputs))
+    return cls(settings, method_context(params, dataset, lm, retriever, inputs, typed))
 
 
 def cache_stats(lm: "LanguageModel | None") -> dict | None:

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from conftest import (RecordingRetriever, copy_workflow, cont, edit_params, method_with, read_jsonl, settings_of,
+from conftest import (REPO, RecordingRetriever, copy_workflow, cont, edit_params, method_with, read_jsonl, settings_of,
                       snakemake)
 
 from adaptive_rag.data.datasets import Example
@@ -262,3 +262,35 @@ def test_self_rag_runs_through_the_workflow_on_a_tiny_model_with_reflection_toke
         best = max(segments, key=lambda s: s["score"])
         assert trace["output"] == postprocess(best["text"])
         assert all(0 <= s["relevance"] <= 1 and len(s["tokens"]) <= 4 for s in segments)
+
+
+def test_check_params_reads_the_tokenizer_files_without_the_weights(tiny_llama_dir, tiny_self_rag_dir, tmp_path,
+                                                                    monkeypatch):
+    """Before, a model without the reflection tokens was refused only once its weights had loaded. Now
+    check-params reads the saved tokenizer's JSON files: the weights of the refused model are removed
+    here to show they are not read; the tiny model with the tokens passes."""
+    import shutil
+
+    import yaml
+
+    from adaptive_rag.config import parse_params
+
+    source = tmp_path / "plain"
+    shutil.copytree(tiny_llama_dir, source)
+    (source / "model.safetensors").unlink()
+    data = yaml.safe_load((REPO / "params.yaml").read_text())
+    data["model"].update(name="plain", source=str(source))
+    data["experiment"]["methods"] = ["wo-rag", "self-rag"]
+    data["methods"]["self-rag"] = {"type": "self-rag"}
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ConfigError) as refused:
+        parse_params(data, "params.yaml").check_runs()
+    assert str(refused.value) == (
+        f"params.yaml: methods.self-rag: {source / 'tokenizer.json'}: model 'plain' has no Self-RAG reflection "
+        "tokens ([Retrieval], [No Retrieval], [Relevant], [Irrelevant], [Fully supported], [Partially supported], "
+        "[No support / Contradictory], [Utility:1], [Utility:2], [Utility:3], [Utility:4], [Utility:5], "
+        "<paragraph>, </paragraph>); set model.source: selfrag/selfrag_llama2_7b (params/self-rag.yaml)")
+    data["model"].update(name="tiny-self-rag", source=str(tiny_self_rag_dir))
+    parse_params(data, "params.yaml").check_runs()
+    data["model"].update(source="selfrag/selfrag_llama2_7b")  # a hub id not materialised: nothing to read yet
+    parse_params(data, "params.yaml").check_runs()

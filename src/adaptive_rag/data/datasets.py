@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import InputError
-from ..io import iter_jsonl, require_file
+from ..io import iter_jsonl, read_text
 
 log = logging.getLogger("adaptive_rag.data")
 
@@ -129,11 +129,8 @@ class _Record:
 
 def _load_json(path: Path) -> Any:
     """The parsed JSON of a dataset file; an empty file and invalid JSON are errors naming the file."""
-    path = require_file(path, "dataset file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    path = Path(path)
+    text = read_text(path, "dataset file")
     if not text.strip():
         raise InputError(f"{path}: file is empty")
     try:

@@ -88,6 +88,35 @@ def model_identity(model_dir: str | Path) -> dict:
     return read_json(Path(model_dir) / IDENTITY, "model identity (run the model step first)")
 
 
+# Where a saved tokenizer keeps its tokens: the fast tokenizer's file (its vocabulary and added tokens),
+# the slow tokenizer's added tokens, and the added tokens transformers writes into the config.
+TOKENIZER_FILES = ("tokenizer.json", "added_tokens.json", "tokenizer_config.json")
+
+
+def tokenizer_tokens(model_dir: str | Path) -> tuple[set[str], Path] | None:
+    """The token strings a saved tokenizer holds, read from its JSON files alone (no weights, no
+    transformers), and the file that holds its vocabulary; None where the directory has none of those
+    files (a sentencepiece model alone: only loading the tokenizer can tell)."""
+    import json
+
+    model_dir = Path(model_dir)
+    present = [model_dir / name for name in TOKENIZER_FILES if (model_dir / name).is_file()]
+    if not present:
+        return None
+    tokens: set[str] = set()
+    for path in present:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if path.name == "tokenizer.json":
+            vocab = (data.get("model") or {}).get("vocab") or {}
+            tokens |= set(vocab) if isinstance(vocab, dict) else {entry[0] for entry in vocab}  # Unigram: pairs
+            tokens |= {entry["content"] for entry in data.get("added_tokens") or ()}
+        elif path.name == "added_tokens.json":
+            tokens |= set(data)
+        else:
+            tokens |= {entry["content"] for entry in (data.get("added_tokens_decoder") or {}).values()}
+    return tokens, present[0]
+
+
 def recorded_weights(model_dir: str | Path):
     """The weights' hashes the model step recorded, or None for a directory it did not make (a model
     built in memory, a directory copied by hand): part of every call-cache key of the model."""

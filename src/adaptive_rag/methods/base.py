@@ -73,6 +73,7 @@ class Context:
     query_max_tokens: int | None = None  # keep a query's last N tokens of the model's tokenizer instead
     inputs: dict = field(default_factory=dict)  # name -> Path of the files the method declared (`Method.inputs`)
     template: "Template | None" = None  # the dataset's prompt template (None: the project's own)
+    typed: dict = field(default_factory=dict)  # `Method.typed_question`'s answer, for a question typed to `ask`
 
 
 class Method:
@@ -136,6 +137,20 @@ class Method:
     # Declared inputs that a rule makes from files the run already reads (a split, the corpus behind its
     # index): the run's own Snakemake target makes them, so a DVC stage lists those files, not these.
     derived_inputs: frozenset[str] = frozenset()
+    # Declared inputs a rule of the workflow trains (name -> (the path it writes, the params section whose
+    # presence defines the rule)): check-params accepts that path before it is built, while the section
+    # is configured; any other declared input that no rule makes must exist.
+    trained_inputs: dict[str, tuple[str, str]] = {}
+    # Declared inputs keyed by the ids of a split's questions (Adaptive Retrieval's popularity): a question
+    # typed to `adaptive-rag ask` is in no split, so `ask` leaves them out and asks `typed_question`.
+    per_question_inputs: frozenset[str] = frozenset()
+
+    @classmethod
+    def typed_question(cls, settings: dict[str, Any], question: str, params, method: str) -> dict[str, Any]:
+        """What stands in for `per_question_inputs` when `adaptive-rag ask` answers `question`, typed by a
+        user and in no split (handed to the method as `Context.typed`); a type that cannot answer such a
+        question as its runs would refuses, saying why. Asked before the model loads."""
+        return {}
 
     @classmethod
     def calibration_dataset(cls, settings: dict[str, Any], dataset: str) -> str | None:
@@ -169,6 +184,15 @@ class Method:
         """A setting this configuration cannot have when it searches the `kind` index (bm25, dense or
         dense:<name>), as (key, why): check-params refuses it naming the key, before any work. None:
         nothing conflicts (every type but those that read more of an index than its search results)."""
+        return None
+
+    checks_tokens = False  # whether the type has a `tokens_problem` (so the tokenizer's files are read for it)
+
+    @classmethod
+    def tokens_problem(cls, settings: dict[str, Any], tokens: set[str], model: str) -> str | None:
+        """Why a model whose tokenizer holds `tokens` cannot run this configuration (tokens the method
+        writes or reads that it lacks), naming `model`; None: nothing is missing. Asked by check-params and
+        before a run loads the weights, from the saved tokenizer's files (`lm.models.tokenizer_tokens`)."""
         return None
 
     @classmethod
@@ -227,17 +251,27 @@ class Method:
         own = self.settings.get("max_new_tokens") if self.reads_answer_style else None
         return own or self.ctx.max_new_tokens
 
+    def opening_call(self, question: str) -> tuple[Any, int]:
+        """The prompt and token budget of the method's first call on `question`, before any passage:
+        `adaptive-rag ask` measures them against the model's context before the model runs. A type whose
+        first call is another prompt says so (Self-RAG's instruction format)."""
+        return self.answer_prompt(question), self.answer_budget
+
+    def answer_prompt(self, question: str, passages: Sequence["Hit"] = ()):
+        """A one-call answer's prompt: the one-shot `Q: ... A:` demonstration in the `qa-oneshot` style,
+        else the chain-of-thought prompt."""
+        if self.direct:
+            return build_prompt(self.ctx.prompt_format, self.ctx.exemplars, question, passages, QA_ONESHOT,
+                                self.template)
+        return self.cot_prompt(question, passages)
+
     def generate_answers(self, questions: Sequence[str], passages: Sequence[Sequence["Hit"]],
                          retrievals: int = 0) -> list[Answer]:
         """One greedy call for the whole batch; each question's wall time is its share of the call. In the
         `qa-oneshot` style the prompt is the one-shot `Q: ... A:` demonstration and the answer its budget's
         whole completion."""
         start = time.perf_counter()
-        if self.direct:
-            prompts = [build_prompt(self.ctx.prompt_format, self.ctx.exemplars, q, p, QA_ONESHOT, self.template)
-                       for q, p in zip(questions, passages)]
-        else:
-            prompts = [self.cot_prompt(q, p) for q, p in zip(questions, passages)]
+        prompts = [self.answer_prompt(q, p) for q, p in zip(questions, passages)]
         continuations = [self.rules.ended(c, self.ctx.lm)
                          for c in self.ctx.lm.generate(prompts, self.answer_budget, self.rules.stop)]
         share = (time.perf_counter() - start) / max(1, len(questions))

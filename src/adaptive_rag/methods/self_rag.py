@@ -122,14 +122,21 @@ def postprocess(text: str) -> str:
     return text.strip()
 
 
+def missing_reflection_tokens(tokens, model: str) -> str | None:
+    """Why a model whose tokenizer holds `tokens` cannot run Self-RAG (None: it holds every reflection token)."""
+    missing = [name for name in REFLECTION_TOKENS if name not in tokens]
+    if not missing:
+        return None
+    return (f"model {model!r} has no Self-RAG reflection tokens ({', '.join(missing)}); set "
+            f"model.source: {SELF_RAG_MODEL} (params/self-rag.yaml)")
+
+
 def reflection_ids(lm) -> dict[str, int]:
     """Token id of every reflection token in the model's tokenizer; refuses a model without them."""
     vocab = lm.tokenizer.get_vocab()
-    missing = [name for name in REFLECTION_TOKENS if name not in vocab]
-    if missing:
-        model = lm.identity().get("model", "?")
-        raise ConfigError(f"method self-rag: model {model!r} has no Self-RAG reflection tokens "
-                          f"({', '.join(missing)}); set model.source: {SELF_RAG_MODEL} (params/self-rag.yaml)")
+    problem = missing_reflection_tokens(vocab, lm.identity().get("model", "?"))
+    if problem:
+        raise ConfigError(f"method self-rag: {problem}")
     return {name: vocab[name] for name in REFLECTION_TOKENS}
 
 
@@ -162,10 +169,19 @@ class SelfRAG(Method):
             "retriever": cls.read_retriever(section),
         }
 
+    checks_tokens = True
+
+    @classmethod
+    def tokens_problem(cls, settings, tokens, model) -> str | None:
+        return missing_reflection_tokens(tokens, model)
+
     def __init__(self, settings, context):
         super().__init__(settings, context)
         # Before any generation: a model without the tokens would be asked for meaningless positions.
         self.ids = reflection_ids(context.lm) if context.lm is not None else {}
+
+    def opening_call(self, question: str) -> tuple[Prompt, int]:
+        return Prompt(text=PROMPT.format(question=question)), self.settings["max_new_tokens"]
 
     def answer_batch(self, examples) -> list[Answer]:
         s = self.settings

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..io import read_text
 
 _BLOCK = re.compile(r"^<!-- table: (?P<spec>[^>\n]+?) -->\n(?P<body>.*?)^<!-- /table -->", re.S | re.M)
 _MARKER = re.compile(r"^<!-- table: ", re.M)  # a marker opens a line; one quoted in text does not count
@@ -64,7 +65,7 @@ class Block:
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}; the options are "
                                  f"`; columns=A,B,...`, `; where=COLUMN:VALUE`, `; except=COLUMN:VALUE` and "
                                  f"`; table=N`")
-            if name in ("where", "except") and ":" not in value:
+            if name in ("where", "except") and (":" not in value or not value.partition(":")[0].strip()):
                 raise InputError(f"{self.page}:{self.line}: table option {part.strip()!r}: expected "
                                  f"{name}=COLUMN:VALUE")
             if name == "table" and not (value.isdigit() and int(value) >= 1):
@@ -76,7 +77,7 @@ class Block:
 
 
 def blocks(page: Path) -> list[Block]:
-    text = page.read_text(encoding="utf-8")
+    text = read_text(page, "docs page")
     found = [Block(page, text.count("\n", 0, m.start()) + 1, m["spec"].strip(), m["body"])
              for m in _BLOCK.finditer(text)]
     opening = len(_MARKER.findall(text))
@@ -90,11 +91,11 @@ def expected_body(root: Path, block: Block) -> str | None:
     """What the block must hold, made from its file; None when the file is not built here. A block that
     shows a machine-dependent column (`MACHINE_COLUMNS`) is refused whether the file is built or not."""
     refuse_machine_columns(block, block.body)
+    options = block.options()  # a mistaken option is refused whether the file is built here or not
     source = root / block.path
     if not source.is_file():
         return None
-    content = source.read_text(encoding="utf-8")
-    options = block.options()
+    content = read_text(source, f"{block.path} (cited at {block.page}:{block.line})")
     if not options:
         refuse_machine_columns(block, content)
         return content if content.endswith("\n") else content + "\n"
@@ -154,9 +155,9 @@ def sync(root: Path, pages: list[Path], check: bool) -> tuple[list[str], list[st
     as "page:line path"; with `check` False the differing blocks are rewritten in place."""
     differing, done, absent = [], [], []
     for page in pages:
-        text = page.read_text(encoding="utf-8")
-        changed = text
-        for block in blocks(page):
+        found = blocks(page)
+        text = changed = page.read_text(encoding="utf-8")  # blocks() has read it as UTF-8
+        for block in found:
             where = f"{page.relative_to(root) if page.is_relative_to(root) else page}:{block.line} {block.path}"
             body = expected_body(root, block)
             if body is None:

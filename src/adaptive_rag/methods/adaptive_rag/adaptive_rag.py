@@ -65,6 +65,8 @@ class AdaptiveRAG(Method):
     def needs_for(cls, settings) -> set[str]:
         return set().union(*(BRANCH_TYPES[b].needs_for(settings[b]) for b in BRANCH_TYPES))
 
+    trained_inputs = {"classifier": (CLASSIFIER, "complexity_classifier")}
+
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:
         return {"classifier": settings["classifier"]}

@@ -66,6 +66,7 @@ class AdaptiveRetrieval(Method):
     uncalibrated = "threshold (a number of monthly page views)"
     provided_inputs = {"popularity": POPULARITY_FILE}
     derived_inputs = frozenset({"corpus_frequency"})  # the `popularity` rule makes it from the split and corpus
+    per_question_inputs = frozenset({"popularity", "corpus_frequency"})  # keyed by a split's question ids
     later_settings = {**Method.later_settings, "popularity_proxy": "none"}  # runs built before it keep their key
 
     @classmethod
@@ -98,13 +99,31 @@ class AdaptiveRetrieval(Method):
         return {**super().inputs(settings, dataset, method), name: settings["popularity"].replace("{dataset}", dataset)}
 
     @classmethod
+    def typed_question(cls, settings, question, params, method) -> dict[str, Any]:
+        """A typed question's popularity, where it can be had as a run would have it: the corpus-frequency
+        proxy depends on the question and the corpus alone, so it is counted here exactly as the
+        `popularity` step counts a split's question. Page views cannot: the file maps a split's question ids
+        to them, a typed question is in no split, and they cannot be looked up offline."""
+        if not proxy_of(settings):
+            raise InputError(f"methods.{method} reads each question's popularity (its entity's page views) by the "
+                             f"question's id from {settings['popularity']}, which a typed question has no entry "
+                             f"in and whose page views cannot be looked up offline: ask a method with "
+                             f"popularity_proxy: {CORPUS_FREQUENCY} (counted in the corpus for the typed question), "
+                             f"or run the question in a split")
+        from .corpus_frequency import corpus_frequency
+
+        [record], _ = corpus_frequency([("typed", question)], Path(params.corpus_dir), params.retrieval.threads)
+        return {"popularity": float(record["popularity"]), "entity": record["entity"]}
+
+    @classmethod
     def row_note(cls, settings) -> str | None:
         proxy = proxy_of(settings)
         return f"popularity: {proxy}, not page views" if proxy else None
 
     def __init__(self, settings, context):
         super().__init__(settings, context)
-        self.popularity = load_popularity(Path(self.popularity_path))
+        typed = context.typed.get("popularity")
+        self.popularity = {} if typed is not None else load_popularity(Path(self.popularity_path))
         self.threshold, self.calibration_ids = self._threshold()
 
     def _threshold(self) -> tuple[float, frozenset]:
@@ -124,6 +143,8 @@ class AdaptiveRetrieval(Method):
         return str(self.ctx.inputs.get("corpus_frequency") or self.ctx.inputs.get("popularity", ""))
 
     def popularity_of(self, examples) -> list[float]:
+        if self.ctx.typed:  # a question typed to `ask`: its popularity counted for it (`typed_question`)
+            return [self.ctx.typed["popularity"]] * len(examples)
         path = self.popularity_path
         missing = [e.id for e in examples if e.id not in self.popularity]
         if missing:
@@ -139,8 +160,9 @@ class AdaptiveRetrieval(Method):
         popularity = self.popularity_of(examples)
         retrieve = [retrieves(p, self.threshold) for p in popularity]
         answers = self.answer_both_ways(examples, retrieve)
+        entity = {"entity": self.ctx.typed["entity"]} if self.ctx.typed else {}  # a typed question's: shown
         for answer, p, r in zip(answers, popularity, retrieve):
-            answer.steps[0].update(popularity=p, threshold=self.threshold, retrieve=r)
+            answer.steps[0].update(popularity=p, threshold=self.threshold, retrieve=r, **entity)
         return answers
 
     def answer_both_ways(self, examples, retrieve: Sequence[bool]) -> list[Answer]:

@@ -183,6 +183,9 @@ class DioR(TriggeredRetrieval):
                 needs.add(HIDDEN_STATES)  # the LM's input embedding table: a white-box model's insides
         return needs
 
+    trained_inputs = {"early_detector": (EARLY_DETECTOR, "detectors.early"),
+                      "realtime_detector": (REALTIME_DETECTOR, "detectors.realtime")}
+
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:
         """The detector files the settings use: the workflow builds them before the run. The early

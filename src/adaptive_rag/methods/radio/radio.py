@@ -92,6 +92,8 @@ class RaDIO(DRAGIN):
             "detector_alone": section.str("detector_alone", DETECTOR_ALONE[0], DETECTOR_ALONE),
         }
 
+    trained_inputs = {"detector": (RADIO_DETECTOR, "detectors.radio")}
+
     @classmethod
     def inputs(cls, settings, dataset, method) -> dict[str, str]:
         """The trained detector: the workflow builds it before the run (`train_radio_detector`)."""
