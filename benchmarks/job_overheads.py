@@ -6,8 +6,10 @@ the command line before the runner's clock began), opening the retriever (Anseri
 loading the model (and choosing its CPU kernels), setting the method up, the first chunk and the other
 chunks, and what is left of the runner's wall time (writing the outputs). The first chunk also pays what a
 method loads on first use (spaCy, a similarity encoder) and the shared prefix's encoding; the table's
-"first-chunk excess" is its time beyond the mean of the other chunks, when there are others. The totals
-say how much of a build is fixed cost per job, which no faster kernel removes.
+"first-chunk excess" is its time beyond what its questions cost at the other chunks' rate per question,
+when there are others. The model's load includes importing torch and transformers (the command line
+imports them only then) and choosing the CPU kernels. The totals say how much of a build is fixed cost
+per job, which no faster kernel removes. The machine printed is the one the runs recorded.
 
 Usage: python benchmarks/job_overheads.py [RUNS_DIR ...] [--markdown]
 """
@@ -30,8 +32,11 @@ def job_row(provenance: dict) -> dict | None:
         return None
     chunks = timings.get("chunks_s") or []
     fixed = {key: timings.get(key) or 0.0 for key in COLUMNS}
-    rest = chunks[1:]
-    excess = max(0.0, chunks[0] - sum(rest) / len(rest)) if chunks and rest else None
+    questions = provenance.get("questions") or 0
+    size = ((provenance.get("params") or {}).get("generation") or {}).get("chunk_size") or questions
+    sizes = [min(size, questions - i * size) for i in range(len(chunks))]  # a resumed run's are approximate
+    rest, rest_questions = sum(chunks[1:]), sum(sizes[1:])
+    excess = max(0.0, chunks[0] - sizes[0] * rest / rest_questions) if chunks[1:] and rest_questions > 0 else None
     wall = provenance.get("wall_time_s") or 0.0
     outside = wall - sum(chunks) - sum(fixed[k] for k in COLUMNS[1:])
     return {"job": f"{provenance['dataset']}/{provenance['method']}", "questions": provenance.get("questions"),
@@ -43,18 +48,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", type=Path, default=[REPO / "data/runs"])
     args = parser.parse_args()
-    from adaptive_rag.hardware import describe
-
-    rows = []
+    rows, machines = [], set()
     for root in args.runs:
         for path in sorted(root.glob("*/*/provenance.json")):
-            row = job_row(json.loads(path.read_text()))
+            record = json.loads(path.read_text())
+            row = job_row(record)
             if row:
                 rows.append(row)
+                machines.add(json.dumps((record.get("host") or {}).get("cpu"), sort_keys=True))
     if not rows:
         sys.exit(f"error: no provenance.json with timings under {', '.join(map(str, args.runs))} "
                  "(runs finished before timings were recorded have none: rebuild them)")
-    print(f"\n{len(rows)} generation jobs; machine: {describe()}\n")
+    print(f"\n{len(rows)} generation jobs; recorded machine: {'; '.join(sorted(machines))}\n")
     head = ["job", "questions", "process start s", "retriever open s", "model load s", "method setup s", "chunks",
             "answering s", "first-chunk excess s", "other s", "total s", "outside answering"]
     print("| " + " | ".join(head) + " |")
