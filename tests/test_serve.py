@@ -469,8 +469,8 @@ def assert_answered_or_refused(server: Served, path: str, body: dict) -> int:
         error = reply["error"]
         assert error["code"] in ("request_memory_exceeded", "cache_memory_exceeded"), error
         assert re.search(r"\d{4} prompt tokens", error["message"]) and " bytes" in error["message"], error
-    status, _, small = server.post("/completions", {**HELLO, "prompt": THAMES, "n": 2}, timeout=60)
-    assert status == 200 and len(small["choices"]) == 2, small
+    after, _, small = server.post("/completions", {**HELLO, "prompt": THAMES, "n": 2}, timeout=60)
+    assert after == 200 and len(small["choices"]) == 2, small
     return status
 
 
@@ -479,7 +479,7 @@ def assert_answered_or_refused(server: Served, path: str, body: dict) -> int:
 def test_an_8000_token_prompt_is_answered_or_refused_under_an_address_space_limit(wide_model_dir, attention):
     """The issue's hostile case: 8,000 prompt tokens passed the KV-cache check and ran out of memory in prefill
     (a 500 after a minute). Counted whole - the eager path's attention scores (16 heads x 7998^2 floats a layer,
-    11 GiB) and echo's pass - each is a 400 before any model work, or served; never a 500."""
+    12 GiB) and echo's pass - each is a 400 before any model work, or served; never a 500."""
     require_address_space_limit()
     with serving(wide_model_dir, "--attention", attention, launcher=LAUNCHER) as server:
         statuses = {what: assert_answered_or_refused(server, "/completions", {**HELLO, "prompt": LONG, **fields})

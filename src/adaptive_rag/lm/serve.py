@@ -34,37 +34,22 @@ on what else the server is doing. Bad requests get a 400 with an OpenAI error bo
 as a traceback (an internal failure is a 500 marked `x-should-retry: false`, its traceback on stderr).
 Decoding defaults follow OpenAI: temperature 1; a sampling request without `seed` draws a random one.
 
-No single request can take the server down. What it may ask is checked before the model runs, each
-refusal naming the field and the limit: the bodies are pydantic models (`CompletionRequest`,
-`ChatRequest`: types, ranges, finite numbers), and beyond them `max_tokens` at most `--max-tokens`
-(default 1024); prompt tokens + `max_tokens` at most the model's context length
-(`HFModel.context_length`; a prompt with more characters than context x the longest vocabulary entry
-is refused without being tokenised); no empty prompt; at most MAX_PROMPTS prompts, MAX_STOP stop
-strings, and as many messages as the context has tokens; roles system, user, assistant; strings valid
-Unicode (JSON escapes can write a lone surrogate, which no tokenizer or UTF-8 reply can carry); a body
-over MAX_BODY is a 413. A client that hangs up abandons its request: the model asks before every
-decoding step whether the client is gone (`HFModel.stop_requested`), so the lock is free again one step
-later, and stderr says `client disconnected; generation stopped after N tokens (of at most M)`. With
-`--log-requests`, stderr also says when each generation starts, and uvicorn logs each request.
+No single request can take the server down: what it may ask is checked before the model runs, each
+refusal naming the field and the limit (docs/engine.md#serve-limits-and-errors lists them): the bodies
+are pydantic models (`CompletionRequest`, `ChatRequest`: types, ranges, finite numbers); `--max-tokens`,
+the model's context length (a prompt too long is refused before, or without, tokenising), MAX_PROMPTS,
+MAX_STOP, valid Unicode, MAX_BODY; the KV cache under `--max-cache-memory` and the request's whole peak
+(that cache plus the largest transient of its passes, `memory.request_estimate`) under
+`--max-request-memory`. A client that hangs up abandons its request: the model asks before every decoding
+step whether the client is gone (`HFModel.stop_requested`), so the lock is free again one step later.
 
-Memory is bounded by design and checked per request, before any model work, from the engine's layout
-(`memory`): the KV cache a request will hold at its peak must fit `--max-cache-memory`, and the request's
-whole peak - that cache plus the largest transient of its passes (the prompt's prefill, a decoding step's
-attention scores and logits, echo's log-probabilities over the vocabulary) - must fit
-`--max-request-memory`. Both default to shares of what the tightest memory limit of the process leaves
-once the model is loaded (`memory.headroom`); a request beyond either is a 400 naming its numbers.
-
-HTTP is uvicorn's (h11) under Starlette: uvicorn bounds open connections (`--max-connections`, its
-`limit_concurrency`; one more asking is answered 503), the idle time between requests (`--read-timeout`,
-its `timeout_keep_alive`) and the request head (`connections.MAX_HEAD`), and answers a malformed or
-ambiguously framed request with a 400 and a closed connection itself. What uvicorn lacks - a deadline for
-a silent new connection and for a request sent slowly - is `connections.DeadlineProtocol`. The body is
-read here, at most MAX_BODY bytes. Model work runs in a worker thread, one request at a time under an
-asyncio lock, so the event loop keeps accepting, refusing and timing out connections meanwhile. Starlette
-rather than FastAPI: every body is read, bounded and checked for surrogates before pydantic sees it, and
-every refusal is our OpenAI error body, which is what FastAPI's request parsing would have to be turned
-off for. Start-up mistakes (an option out of range, a port in use, an address not of this machine, a
-device that is not there) are one `error:` line and exit status 2, before the model is loaded.
+HTTP is uvicorn's (h11) under Starlette. uvicorn bounds open connections (`--max-connections`, its
+`limit_concurrency`), the idle time between requests (`--read-timeout`, its `timeout_keep_alive`) and the
+request head (`connections.MAX_HEAD`), and refuses a malformed request itself; `connections` adds the
+deadlines it lacks. Model work runs in a worker thread, one request at a time under an asyncio lock, so the
+event loop goes on accepting, refusing and timing out connections. Starlette rather than FastAPI: every
+body is read bounded and checked before pydantic sees it, and every refusal is our OpenAI error body, which
+is what FastAPI's own request parsing would have to be turned off for.
 """
 
 from __future__ import annotations
@@ -104,7 +89,7 @@ DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_TOKENS = 256
 DEFAULT_MAX_TOKENS = 1024  # --max-tokens: the most tokens one request may ask for (the project asks <= 120)
 AUTO_CACHE_SHARE = 0.5  # --max-cache-memory auto: this share of the headroom
-AUTO_REQUEST_SHARE = 0.8  # --max-request-memory auto: this share (the rest: Python objects, allocator slack)
+AUTO_REQUEST_SHARE = 0.9  # --max-request-memory auto: this share (the estimate is an upper bound already)
 MAX_N = 128
 MAX_PROMPTS = 128  # prompts in one /v1/completions list (APIModel sends one)
 MAX_STOP = 16  # stop strings: each is looked for after every token
@@ -130,11 +115,6 @@ NEUTRAL = {
 IGNORED = {"user", "metadata", "store", "service_tier"}  # carry no meaning for generation
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
-    """An OpenAI error body."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
 class RequestError(Exception):
     """An error the client caused (or may see): answered as an OpenAI error body."""
 
@@ -144,7 +124,8 @@ class RequestError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
     def body(self) -> dict:
-        return error_body(self.message, self.type, self.param, self.code)
+        """The OpenAI error body."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class ClientGone(Exception):
@@ -771,14 +752,6 @@ def parse_body(raw: bytes) -> dict:
     return body
 
 
-async def until_gone(request: Request, gone: threading.Event) -> None:
-    """Set `gone` when the client disconnects: once its body is read, uvicorn's next message for the request
-    is `http.disconnect`, when the connection closes."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-    gone.set()
-
-
 class App:
     """The routes, over a `Service`: bodies read and checked off the event loop's hot path, model turns one
     at a time under `lock`, each in a worker thread, stopped when its client goes or the server stops."""
@@ -829,7 +802,10 @@ class App:
         try:
             raw = await read_body(request)
             turn = await asyncio.to_thread(lambda: check(parse_body(raw)))
-            watcher = asyncio.create_task(until_gone(request, gone))
+            # Once the body is read, uvicorn's next message for the request is `http.disconnect`, when the
+            # connection closes.
+            watcher = asyncio.create_task(request.receive())
+            watcher.add_done_callback(lambda task: task.cancelled() or gone.set())
             async with self.lock:
                 return JSON(await asyncio.to_thread(self.service.run, turn,
                                                     lambda: gone.is_set() or self.stopping.is_set()))
@@ -975,20 +951,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "more is a 400 naming this limit); prompt + max_tokens must also fit the model's "
                              "context length (default: %(default)s)")
     parser.add_argument("--max-cache-memory", default="auto", metavar="SIZE",
-                        help="the most KV-cache memory one request may hold: (positions the engine would cache for "
-                             "it: fast path, prompt tokens + n x (max_tokens + 1) when sampling, min(prompts, "
-                             "--batch-size) x (prompt + max_tokens + 1) greedy; eager path, n or min(prompts, "
-                             "--batch-size) rows x (prompt + max_tokens)) x the bytes of one cached position; more "
-                             "is a 400 naming both. SIZE is " + SIZE_SYNTAX + ", or auto: half "
-                             "of what the tightest memory limit leaves once the model is loaded (the machine's "
-                             "available memory, the process's cgroup limit or RLIMIT_AS; on CUDA the device's "
-                             "free memory), printed at start-up (default: %(default)s)")
+                        help="the most KV-cache memory one request may hold (the positions the engine caches for it x "
+                             "the bytes of one: docs/engine.md); more is a 400 naming both. SIZE is " + SIZE_SYNTAX +
+                             ", or auto: half of what the tightest memory limit (available memory, cgroup, RLIMIT_AS; "
+                             "on CUDA the device's free memory) leaves once the model is loaded (default: %(default)s)")
     parser.add_argument("--max-request-memory", default="auto", metavar="SIZE",
-                        help="the most memory one request may take at its peak: its KV cache plus the largest "
-                             "transient of its passes (the prompt's prefill, a decoding step's attention scores and "
-                             "logits, echo's log-probabilities over the vocabulary), estimated from the model's "
-                             "shape; more is a 400 naming both. SIZE as above, or auto: "
-                             f"{AUTO_REQUEST_SHARE:.0%} of that same room (default: %(default)s)")
+                        help="the most memory one request may take at its peak: that cache plus its prefill, a "
+                             "decoding step's scores and logits, echo's pass; more is a 400 naming both. SIZE as "
+                             f"above, or auto: {AUTO_REQUEST_SHARE * 100:.0f}%% of that room (default: %(default)s)")
     parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S,
                         help="seconds a connection may send nothing (a new connection, an unfinished request, an idle "
                              "keep-alive: uvicorn's timeout_keep_alive) before it is closed (default: %(default)s)")
