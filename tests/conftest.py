@@ -70,6 +70,27 @@ def build_tiny_llama(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
+def build_wide_llama(tiny_dir: Path, directory: Path) -> Path:
+    """The tiny Llama's tokenizer on a model with wide attention and small weights: 2 layers x 16 heads (and 16
+    KV heads) x 64 dimensions over a 32-wide stream, 16 KiB a cached position (SmolLM2-135M: 45 KiB), so 128 rows
+    of a long prompt's cache, or one long prompt's attention scores, take gigabytes while the weights take a few
+    MB."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tiny = json.loads((tiny_dir / "config.json").read_text())
+    config = LlamaConfig(vocab_size=tiny["vocab_size"], hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=16, num_key_value_heads=16, head_dim=64, max_position_embeddings=8192,
+                         eos_token_id=tiny["eos_token_id"], bos_token_id=tiny["bos_token_id"],
+                         pad_token_id=tiny["pad_token_id"])
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    for path in tiny_dir.iterdir():
+        if path.name.startswith("tokenizer") or path.name.endswith(".jinja") or path.name == "special_tokens_map.json":
+            shutil.copy(path, directory / path.name)
+    return directory
+
+
 def build_tiny_self_rag(directory: Path, seed: int = 0) -> Path:
     """The tiny Llama with Self-RAG's reflection tokens added as special tokens and its embeddings resized,
     as the reference's `finetune.py` does to Llama 2 (the weights of the new rows are random)."""

@@ -276,27 +276,32 @@ def test_any_language_model_eos_and_concurrency_cap():
     import openai
 
     from adaptive_rag.lm.api import APIModel
-    from adaptive_rag.lm.serve import make_server
+    from adaptive_rag.lm.connections import bound_socket
+    from adaptive_rag.lm.serve import Service, make_server
 
-    server = make_server(Stub(), "stub")
-    handler = server.RequestHandlerClass
+    sock = bound_socket("127.0.0.1", 0)
+    server = make_server(Service(Stub(), "stub"), sock)
     counts, lock = {"now": 0, "max": 0, "all": 0}, threading.Lock()
-    post = handler.do_POST
+    app = server.config.app
 
-    def counting(self):
+    async def counting(scope, receive, send):  # requests in flight at the server
+        post = scope["type"] == "http" and scope["method"] == "POST"
         with lock:
-            counts["now"] += 1
-            counts["all"] += 1
+            counts["now"] += post
+            counts["all"] += post
             counts["max"] = max(counts["max"], counts["now"])
         try:
-            post(self)
+            await app(scope, receive, send)
         finally:
             with lock:
-                counts["now"] -= 1
+                counts["now"] -= post
 
-    handler.do_POST = counting
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.config.app = counting
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     try:
         with APIModel(base, "stub", concurrency=3) as model:
             prompts = [Prompt(text=f"prompt {i:02d}") for i in range(10)]
@@ -315,8 +320,8 @@ def test_any_language_model_eos_and_concurrency_cap():
             assert "RuntimeError" in err.value.body["message"] and "Traceback" not in str(err.value.body)
             assert counts["all"] == 1
     finally:
-        server.shutdown()
-        server.server_close()
+        server.should_exit = True
+        thread.join(timeout=20)
 
 
 class OverlapRetriever:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adaptive_rag.lm.memory import cache_estimate, format_size, parse_size
+from conftest import build_wide_llama
 
 
 @pytest.mark.parametrize("text,size", [
@@ -35,3 +36,61 @@ def test_the_fast_path_holds_a_sampled_prompt_once_and_the_eager_path_once_a_row
     # greedy: min(prompts, batch size) slots of the longest prompt and its tokens
     assert cache_estimate([10, 30, 20], 1, 5, sampled=False, fast=True, batch_size=2)[0] == 2 * (30 + 5 + 1)
     assert cache_estimate([10, 30, 20], 1, 5, sampled=False, fast=False, batch_size=8)[0] == 3 * (30 + 5)
+
+
+# One request's model work in a fresh process, its peak resident memory over what the process held before it
+# (VmHWM reset through /proc/self/clear_refs), next to `request_estimate` for it: each case is
+# (attention, prompt tokens, n, max_tokens, echo).
+MEASURE = """
+import json, re, sys
+from pathlib import Path
+from adaptive_rag.lm.base import Prompt, SamplingParams
+from adaptive_rag.lm.hf import HFModel
+from adaptive_rag.lm.memory import Shape, position_bytes, request_estimate
+
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+model_dir, cases = sys.argv[1], json.loads(sys.argv[2])
+for attention, tokens, n, max_tokens, echo in cases:
+    model = HFModel(model_dir, attention=attention)
+    prompt = Prompt(text=" hello" * (tokens // 3))
+    count = len(model.encode(prompt)[0])
+    model.generate([Prompt(text=" hello")], 1)  # one-time allocations (kernels' caches) before the measurement
+    Path("/proc/self/clear_refs").write_text("5")
+    before = status("VmRSS")
+    if echo:
+        model.score(Prompt(text=""), prompt.text)
+    else:
+        model.sample(prompt, SamplingParams(n=n, seed=1), max_tokens)
+    peak = status("VmHWM") - before
+    need, _ = request_estimate(Shape.of(model), position_bytes(model), [count], n, 0 if echo else max_tokens,
+                               True, attention == "fast", 8, echo)
+    print(json.dumps([attention, count, n, echo, peak, need]), flush=True)
+"""
+
+
+@pytest.mark.slow  # runs the model on prompts of thousands of tokens, in a subprocess
+def test_the_request_estimate_bounds_what_a_request_really_allocates(tiny_model_dir, tmp_path):
+    """On a model whose attention is wide (16 heads of 64 over a 32-wide stream, as in tests/test_serve.py), so
+    that the attention terms dominate: the estimate is above the measured peak of each engine path's prefill,
+    decoding and echo, and within a small factor of it (an estimate that refused everything would pass the
+    first check alone)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("the peak is read from /proc/self/status after a reset through /proc/self/clear_refs (Linux)")
+    wide = build_wide_llama(tiny_model_dir, tmp_path / "wide")
+    cases = [("fast", 4000, 1, 1, False), ("fast", 2000, 128, 4, False), ("eager", 2000, 1, 1, False),
+             ("eager", 1000, 16, 2, False), ("fast", 2000, 1, 0, True)]
+    result = subprocess.run([sys.executable, "-c", MEASURE, str(wide), json.dumps(cases)], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == len(cases), result.stdout
+    for attention, tokens, n, echo, peak, need in rows:
+        assert tokens > 900 and peak > 0, rows
+        assert peak <= need <= 4 * peak + 64 * 2**20, (attention, tokens, n, echo, peak, need)

@@ -1,174 +1,114 @@
-"""HTTP connections that cannot pile up, for `serve`: a bounded number at a time, each request received
-within a deadline.
+"""Connections for `serve`, on uvicorn: the socket it listens on, and the two deadlines uvicorn lacks.
 
-`http.server` gives every connection a thread and every read a timeout. Neither bounds a client that
-drips one byte every few seconds (each read succeeds), nor a crowd of clients that open connections and
-send nothing. So:
-- `BoundedServer` holds at most `max_connections` connections at a time; one more is answered with a
-  503 OpenAI error body from the accepting thread, at once and without reading its request, and closed.
-- `BoundedHandler` waits up to its read timeout for a request's first byte (an idle keep-alive), then
-  gives the client `receive_timeout` seconds to send the whole request (request line, headers, body);
-  the model's work and the reply are not part of it.
+uvicorn (with h11) bounds what it can from its settings: open connections (`limit_concurrency`; one more
+asking is answered 503), the idle time between requests (`timeout_keep_alive`) and the size of a request's
+head (`h11_max_incomplete_event_size`). It has no deadline for a connection that never sends a request, nor
+for one that sends its request slowly: a client dripping a byte every few seconds would hold its connection,
+and its slot under `limit_concurrency`, for ever. `DeadlineProtocol` is uvicorn's h11 protocol with those
+two timers, read off h11's own state (nothing here parses HTTP):
+- a connection that sends nothing for `read_timeout` seconds, before its first request or in the middle
+  of one, is closed;
+- a request must arrive whole (head and body) within `receive_timeout` seconds of its first byte, however
+  often bytes come. The model's work and the reply are not part of it.
 """
 
 from __future__ import annotations
 
 import errno
-import io
-import json
 import socket
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 DEFAULT_READ_TIMEOUT_S = 300.0  # a connection silent this long is closed
 DEFAULT_RECEIVE_TIMEOUT_S = 60.0  # the time to send one whole request, from its first byte
-DEFAULT_MAX_CONNECTIONS = 64  # open connections (one thread each)
+DEFAULT_MAX_CONNECTIONS = 64  # open connections
+MAX_HEAD = 64 * 1024  # the request line and headers, in bytes (h11 answers a larger head with a 400)
 
 
-def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
-    """An OpenAI error body."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol, with a read timeout before and within a request and a receive deadline for
+    the whole request (see the module docstring). A subclass sets the two timeouts."""
 
-
-class ReceiveTimeout(TimeoutError):
-    """The client did not send one whole request within the receive timeout of its first byte."""
-
-
-class _RequestReader(io.RawIOBase):
-    """The connection's bytes for `BoundedHandler.rfile`: each read waits at most the read timeout and,
-    while a request is being received, no longer than what is left of its receive deadline."""
-
-    def __init__(self, handler: "BoundedHandler"):
-        super().__init__()
-        self.handler = handler
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        handler = self.handler
-        timeout, deadline = handler.timeout, handler.deadline
-        by_deadline = False
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise handler.too_slow()
-            by_deadline = timeout is None or left < timeout
-            timeout = left if by_deadline else timeout
-        handler.connection.settimeout(timeout)
-        try:
-            return handler.connection.recv_into(buffer)
-        except TimeoutError:
-            if by_deadline:
-                raise handler.too_slow() from None
-            raise
-
-
-class BoundedHandler(BaseHTTPRequestHandler):
-    """A request handler whose every request must arrive within `receive_timeout` seconds of its first
-    byte (`timeout`, http.server's own, is each read's). A subclass calls `received()` once it has read
-    the request's body, so that the reply and the next request wait the plain read timeout again."""
-
-    timeout = DEFAULT_READ_TIMEOUT_S
+    read_timeout = DEFAULT_READ_TIMEOUT_S
     receive_timeout = DEFAULT_RECEIVE_TIMEOUT_S
-    deadline: float | None = None  # time.monotonic() by which the request being received must be in
 
-    def setup(self):
-        super().setup()
-        self.rfile.close()  # the socket's own file: left open, it would keep the socket open after close
-        self.rfile = io.BufferedReader(_RequestReader(self))
+    def connection_made(self, transport) -> None:
+        self.deadline: float | None = None  # loop time by which the request being received must be in
+        self.timer = None
+        super().connection_made(transport)
+        self.watch()
 
-    def handle_one_request(self):
-        try:
-            started = self.rfile.peek(1)
-        except OSError:  # silent for the read timeout, or reset: nothing was asked
-            started = b""
-        if not started:
-            self.close_connection = True
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self.watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self.watch()  # a pipelined request may be under way already
+
+    def connection_lost(self, exc) -> None:
+        self.stop_timer()
+        super().connection_lost(exc)
+
+    def stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def watch(self) -> None:
+        """Arm the one timer this connection's state calls for."""
+        self.stop_timer()
+        if self.transport.is_closing():
             return
-        self.deadline = time.monotonic() + self.receive_timeout
-        try:
-            super().handle_one_request()
-        finally:
-            self.received()
-
-    def received(self) -> None:
-        """The request is in: from now on the connection's reads and writes wait the read timeout."""
-        if self.deadline is not None:
+        state = self.conn.their_state
+        receiving = state is h11.SEND_BODY or (state is h11.IDLE and bool(self.conn.trailing_data[0]))
+        if not receiving:  # the request is in (the model's turn), or nothing is asked
             self.deadline = None
-            try:
-                self.connection.settimeout(self.timeout)
-            except OSError:
-                pass
-
-    def too_slow(self) -> ReceiveTimeout:
-        return ReceiveTimeout(f"client sent no complete request within the receive timeout of "
-                              f"{self.receive_timeout:g} s (--receive-timeout); connection closed")
-
-    def log_error(self, format, *args):  # noqa: A002 - http.server's signature
-        """A receive timeout in the request line or headers always reaches stderr (http.server reports it as
-        an error, which a quiet handler's `log_message` may drop)."""
-        timeout = next((arg for arg in args if isinstance(arg, ReceiveTimeout)), None)
-        if timeout is not None:
-            print(f"{timeout} ({self.client_address[0]})", file=sys.stderr, flush=True)
-        else:
-            super().log_error(format, *args)
-
-
-class BoundedServer(ThreadingHTTPServer):
-    """A thread per connection, at most `max_connections` at a time. Bound at construction (so a bad
-    address fails at once); it listens only when `server_activate` is called, so that clients are
-    refused, not queued, until it can answer."""
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BoundedHandler],
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS):
-        super().__init__(address, handler, bind_and_activate=False)
-        self.max_connections = max_connections
-        self.connections = threading.BoundedSemaphore(max_connections)
-        try:
-            self.server_bind()
-        except BaseException:
-            self.server_close()
-            raise
-
-    def process_request(self, request, client_address):
-        if not self.connections.acquire(blocking=False):
-            self.refuse(request, client_address)
+            if state is h11.IDLE and self.cycle is None:  # after a reply, uvicorn's keep-alive timeout applies
+                self.timer = self.loop.call_later(self.read_timeout, self.close, None)
             return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.connections.release()
-            raise
+        now = self.loop.time()
+        if self.deadline is None:
+            self.deadline = now + self.receive_timeout
+        if self.deadline - now <= self.read_timeout:
+            self.timer = self.loop.call_later(self.deadline - now, self.close,
+                                              f"client sent no complete request within the receive timeout of "
+                                              f"{self.receive_timeout:g} s (--receive-timeout); connection closed")
+        else:
+            self.timer = self.loop.call_later(self.read_timeout, self.close, self.silent())
 
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.connections.release()
+    def silent(self) -> str:
+        """What a client silent for the read timeout in the middle of its request had left to send."""
+        if self.conn.their_state is h11.SEND_BODY:
+            length = dict(self.headers or []).get(b"content-length")
+            promised = f"{length.decode()} bytes promised" if length else "chunked"
+            what = f"no complete body ({promised})"
+        else:
+            what = "no complete request head"
+        return f"client sent {what} within the read timeout of {self.read_timeout:g} s; connection closed"
 
-    def refuse(self, request, client_address) -> None:
-        """Answer 503 and close, from the accepting thread: it never waits on this client."""
-        message = (f"this server is at its limit of open connections (--max-connections {self.max_connections}); "
-                   f"retry later")
-        print(f"refused a connection from {client_address[0]}: {message}", file=sys.stderr, flush=True)
-        data = json.dumps(error_body(message, "server_error", code="too_many_connections")).encode()
-        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(data)}"
-                f"\r\nRetry-After: 1\r\nConnection: close\r\n\r\n").encode()
-        try:
-            request.setblocking(False)  # a fresh socket's send buffer takes the whole reply
-            request.send(head + data)
-            request.shutdown(socket.SHUT_WR)
-            for _ in range(16):  # what the client already sent: left unread, closing would reset the connection
-                if not request.recv(65536):
-                    break
-        except OSError:
-            pass
-        self.close_request(request)
+    def close(self, message: str | None) -> None:
+        """Close the connection, saying why on stderr (an idle one closes silently)."""
+        self.timer = None
+        if message is not None:
+            client = self.client[0] if self.client else "unknown client"
+            print(f"{message} ({client})", file=sys.stderr, flush=True)
+        self.transport.close()
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port`, not yet listening (uvicorn listens on it once it can answer, so
+    clients are refused, not queued, while the model loads). OSError when the address cannot be had."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def listen_error(host: str, port: int, error: OSError) -> str:

@@ -1,9 +1,11 @@
-"""Memory for `serve`: what a request's KV cache will take, how much a process may still use, and byte
-sizes as people write them (`8GiB`, `512MB`).
+"""Memory for `serve`: what a request's KV cache and its passes will take, how much a process may still
+use, and byte sizes as people write them (`8GiB`, `512MB`).
 
 A request's cache is estimated before the model runs (`cache_estimate` positions x `position_bytes`),
 from the engine's layout rather than measured, so that a request too large is refused before it
-allocates anything. `serve` sizes its budget (`--max-cache-memory auto`) from `headroom`: what is left of
+allocates anything. So is its peak (`request_estimate`): the cache plus the largest transient of its
+passes, which for a long prompt is most of it (the eager path's attention scores grow with the square
+of the prompt, echo's log-probabilities with prompt x vocabulary). `serve` sizes its budget (`--max-cache-memory auto`) from `headroom`: what is left of
 the tightest limit that applies to this process, because any one of them ends it. On the CPU those are the
 machine's available memory, the memory limit of the process's cgroup (a container, a Slurm job) and its
 address-space limit (`ulimit -v`, RLIMIT_AS); on a CUDA device, the device's free memory. Each is read
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -80,16 +83,108 @@ def position_bytes(model) -> int | None:
     decoder = getattr(model, "decoder", None)
     if decoder is not None:
         return decoder.position_bytes()
-    module = getattr(model, "model", None)
-    try:
-        config = module.config
-        heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        return SlotKV.bytes_per_position(config.num_hidden_layers, kv_heads, head_dim,
-                                         next(module.parameters()).element_size())
-    except (AttributeError, TypeError, StopIteration):
-        return None
+    shape = Shape.of(model)
+    return None if shape is None else shape.position_bytes
+
+
+# The transient memory of a forward pass, measured (peak resident memory, /proc/self/status VmHWM) on SmolLM2-135M,
+# the tests' tiny Llama and a wide variant of it (16 heads of 64), prompts of 1,000-16,000 tokens, and set above
+# every measurement: per token, FLOAT x (4 x hidden + 4 x (query + 2 x key/value width) + 10 x MLP width) bytes
+# plus TOKEN_OVERHEAD (linear layers, norms, rotary tables, the kernels' own buffers); SCORE_COPIES attention-score
+# tensors of rows x heads x queries x keys floats live at once on the eager path (scores, scaled, softmax), and
+# LOGIT_COPIES rows x vocabulary tensors when a step chooses tokens (log-softmax, sampling's filtered copies).
+FLOAT = 4  # scores, softmax and logits are float32 whatever the weights' dtype
+TOKEN_OVERHEAD = 4096
+SCORE_COPIES = 3
+LOGIT_COPIES = 8
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the estimates read of a causal LM: its config's sizes and the weights' element size."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    element_size: int
+
+    @classmethod
+    def of(cls, model) -> "Shape | None":
+        """The shape of `model` (an `HFModel`, or anything with a transformers `model`); None otherwise."""
+        module = getattr(model, "model", None)
+        try:
+            config = module.config
+            heads = config.num_attention_heads
+            hidden = config.hidden_size
+            return cls(layers=config.num_hidden_layers, hidden=hidden, heads=heads,
+                       kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+                       head_dim=getattr(config, "head_dim", None) or hidden // heads,
+                       intermediate=getattr(config, "intermediate_size", None) or 4 * hidden,
+                       vocab=config.vocab_size, element_size=next(module.parameters()).element_size())
+        except (AttributeError, TypeError, StopIteration):
+            return None
+
+    @property
+    def position_bytes(self) -> int:
+        return SlotKV.bytes_per_position(self.layers, self.kv_heads, self.head_dim, self.element_size)
+
+    @property
+    def token_bytes(self) -> int:
+        """Transient bytes one token adds to a forward pass, attention scores aside."""
+        width = self.heads * self.head_dim + 2 * self.kv_heads * self.head_dim
+        return FLOAT * (4 * self.hidden + 4 * width + 10 * self.intermediate) + TOKEN_OVERHEAD
+
+    def scores(self, rows: int, queries: int, keys: int) -> int:
+        """The eager kernel's attention scores and mask for one layer."""
+        return SCORE_COPIES * rows * self.heads * queries * keys * FLOAT + rows * queries * keys * (FLOAT + 1)
+
+    def logits(self, rows: int) -> int:
+        return LOGIT_COPIES * rows * self.vocab * FLOAT
+
+
+def request_estimate(shape: Shape, position_bytes: int, prompt_tokens: Sequence[int], n: int, max_tokens: int,
+                     sampled: bool, fast: bool, batch_size: int, echo: bool) -> tuple[int, str]:
+    """The bytes a request holds at its peak, and how they add up, from the engine's layout
+    (`lm.continuous`, `HFModel._run_eager`, `HFModel.score`): the largest of its phases, which run one after
+    another -
+
+    - echo (scoring the prompt): one eager forward over the longest prompt, its attention scores and its
+      log-probabilities over the vocabulary at every position;
+    - generation: the KV cache (`cache_estimate`), the prompt's pass - on the fast path the prompt's tokens
+      (attention runs in blocks: no square term), on the eager path the rows prefilled together with their
+      attention scores (prompt x prompt) - and a decoding step, each row's attention scores over what it reads
+      and its logits.
+    """
+    longest = max(prompt_tokens)
+    phases = []
+    if echo:
+        need = longest * shape.token_bytes + shape.scores(1, longest, longest) + 2 * longest * shape.vocab * FLOAT
+        phases.append((need, f"echo of {longest} prompt tokens: their forward pass, attention scores and "
+                             f"log-probabilities over {shape.vocab} tokens = {need} bytes"))
+    if max_tokens > 0:
+        positions, how = cache_estimate(prompt_tokens, n, max_tokens, sampled, fast, batch_size)
+        cache = positions * position_bytes
+        rows = n if sampled else min(len(prompt_tokens), batch_size)
+        if fast:
+            prefill, what = longest * shape.token_bytes, f"the prefill of {longest} prompt tokens"
+            reads = longest + max_tokens + 1
+        else:
+            filled = 1 if sampled else rows  # sampled rows share one prefill of the prompt
+            prefill = filled * longest * shape.token_bytes + shape.scores(filled, longest, longest)
+            what = f"the prefill of {filled} x {longest} prompt tokens with their attention scores"
+            reads = longest + max_tokens
+        step = rows * shape.token_bytes + shape.scores(rows, 1, reads) + shape.logits(rows)
+        # Summed, not the larger of the two: what the prefill frees stays with the allocator (measured).
+        phases.append((cache + prefill + step, f"a KV cache of {how} = {positions} positions x {position_bytes} "
+                                               f"bytes = {cache} bytes, plus {what} = {prefill} bytes, plus a "
+                                               f"decoding step of {rows} rows reading {reads} positions = {step} bytes"))
+    if not phases:
+        return 0, "nothing to run"
+    return max(phases)
 
 
 def headroom(device: str = "cpu") -> tuple[int, str] | None:

@@ -34,74 +34,62 @@ on what else the server is doing. Bad requests get a 400 with an OpenAI error bo
 as a traceback (an internal failure is a 500 marked `x-should-retry: false`, its traceback on stderr).
 Decoding defaults follow OpenAI: temperature 1; a sampling request without `seed` draws a random one.
 
-No single request can take the server down. What it may ask is checked before the model runs, each
-refusal naming the field and the limit: `max_tokens` at most `--max-tokens` (default 1024); prompt
-tokens + `max_tokens` at most the model's context length (`HFModel.context_length`; a prompt with more
-characters than context x the longest vocabulary entry is refused without being tokenised); no empty
-prompt; at most MAX_PROMPTS prompts, MAX_STOP stop strings, and as many messages as the context has
-tokens; roles system, user, assistant; numbers finite and in range (`json.loads` reads NaN and
-Infinity); strings valid Unicode (JSON escapes can write a lone surrogate, which no tokenizer or UTF-8
-reply can carry); a body over MAX_BODY is a 413. A client that hangs up abandons its request: the model
-asks before every decoding step whether the client's socket has reached end-of-file
-(`HFModel.stop_requested`), so the lock is free again one step later, and stderr says `client
-disconnected; generation stopped after N tokens (of at most M)`. With `--log-requests`, stderr also says
-when each generation starts.
+No single request can take the server down: what it may ask is checked before the model runs, each
+refusal naming the field and the limit (docs/engine.md#serve-limits-and-errors lists them): the bodies
+are pydantic models (`CompletionRequest`, `ChatRequest`: types, ranges, finite numbers); `--max-tokens`,
+the model's context length (a prompt too long is refused before, or without, tokenising), MAX_PROMPTS,
+MAX_STOP, valid Unicode, MAX_BODY; the KV cache under `--max-cache-memory` and the request's whole peak
+(that cache plus the largest transient of its passes, `memory.request_estimate`) under
+`--max-request-memory`. A client that hangs up abandons its request: the model asks before every decoding
+step whether the client is gone (`HFModel.stop_requested`), so the lock is free again one step later.
 
-Memory is bounded by design and checked per request: the KV cache a request will hold at its peak
-(`memory.cache_estimate`, from the engine's layout: on the fast path a sampled prompt is held once and
-each of its n rows only what it generates) times the bytes of one cached position must fit
-`--max-cache-memory` (default: half of what the tightest memory limit of the process leaves once the
-model is loaded, `memory.headroom`), or the request is a 400 naming its numbers and the limit, before
-any model work.
-
-Connections are bounded too (`connections`): at most `--max-connections` at a time (one thread each;
-the next is answered 503 at once and closed), a connection silent for `--read-timeout` is closed, and a
-request must arrive whole (request line, headers, body) within `--receive-timeout` of its first byte, so
-a client dripping one byte every few seconds cannot hold a thread for long. A request whose length is
-ambiguous (`Transfer-Encoding`, differing `Content-Length`s, a length that is not ASCII digits) is a 400
-and its connection is closed. Start-up mistakes (an option out of range, a port in use, an address not
-of this machine, a device that is not there) are one `error:` line and exit status 2, before the model
-is loaded.
-
-Why `http.server` rather than a framework (uvicorn/starlette are installed here, but as nobody's
-declared dependency): the work to bound is synchronous torch code under one lock, so an ASGI server's
-disconnect event would have to reach the decoding loop through the same per-step hook; polling the
-handler's own socket (`select`, then `recv(MSG_PEEK)` reading b"") does that without a new dependency
-or an event loop, and the body limit and validation are a few lines either way.
+HTTP is uvicorn's (h11) under Starlette. uvicorn bounds open connections (`--max-connections`, its
+`limit_concurrency`), the idle time between requests (`--read-timeout`, its `timeout_keep_alive`) and the
+request head (`connections.MAX_HEAD`), and refuses a malformed request itself; `connections` adds the
+deadlines it lacks. Model work runs in a worker thread, one request at a time under an asyncio lock, so the
+event loop goes on accepting, refusing and timing out connections. Starlette rather than FastAPI: every
+body is read bounded and checked before pydantic sees it, and every refusal is our OpenAI error body, which
+is what FastAPI's own request parsing would have to be turned off for.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
-import math
 import re
 import secrets
-import select
 import signal
-import socket
 import sys
 import threading
 import time
 import traceback
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
-from urllib.parse import unquote
+from typing import Annotated, Any, Callable, Sequence
+
+import uvicorn
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from ..errors import AdaptiveRagError
 from .base import Continuation, GenerationStopped, LanguageModel, Prompt, SamplingParams
-from .connections import (DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S, DEFAULT_RECEIVE_TIMEOUT_S, BoundedHandler,
-                          BoundedServer, ReceiveTimeout, error_body, listen_error)
-from .memory import SIZE_SYNTAX, cache_estimate, format_size, headroom, parse_size, position_bytes
+from .connections import (DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S, DEFAULT_RECEIVE_TIMEOUT_S, MAX_HEAD,
+                          DeadlineProtocol, bound_socket, listen_error)
+from .memory import (SIZE_SYNTAX, Shape, cache_estimate, format_size, headroom, parse_size, position_bytes,
+                     request_estimate)
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_TOKENS = 256
 DEFAULT_MAX_TOKENS = 1024  # --max-tokens: the most tokens one request may ask for (the project asks <= 120)
-AUTO_CACHE_SHARE = 0.5  # --max-cache-memory auto: this share of the headroom (the rest: activations, logits)
+AUTO_CACHE_SHARE = 0.5  # --max-cache-memory auto: this share of the headroom
+AUTO_REQUEST_SHARE = 0.9  # --max-request-memory auto: this share (the estimate is an upper bound already)
 MAX_N = 128
 MAX_PROMPTS = 128  # prompts in one /v1/completions list (APIModel sends one)
 MAX_STOP = 16  # stop strings: each is looked for after every token
@@ -125,10 +113,6 @@ NEUTRAL = {
     "parallel_tool_calls": (None, False),
 }
 IGNORED = {"user", "metadata", "store", "service_tier"}  # carry no meaning for generation
-DECODING = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop"}
-COMPLETION_FIELDS = DECODING | {"prompt", "logprobs", "echo", "best_of"}
-CHAT_FIELDS = DECODING | {"messages", "max_completion_tokens", "logprobs", "top_logprobs",
-                          "continue_final_message", "add_generation_prompt", "echo"}
 
 
 class RequestError(Exception):
@@ -140,53 +124,89 @@ class RequestError(Exception):
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
 
     def body(self) -> dict:
-        return error_body(self.message, self.type, self.param, self.code)
+        """The OpenAI error body."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class ClientGone(Exception):
-    """The client closed its connection while its request waited or generated, or stalled sending it:
-    nobody to answer."""
+    """The client closed its connection while its request waited, generated or was being received: nobody
+    to answer."""
 
 
-# ---- request parsing ----------------------------------------------------------------------------
+# ---- request bodies -------------------------------------------------------------------------------
+
+BOUNDS: dict[str, tuple[float, float | None]] = {}  # a number field's range, for its message
 
 
-def _number(body: dict, key: str, default, low: float | None = None, high: float | None = None,
-            integer: bool = False):
-    value = body.get(key)
-    if value is None:
-        return default
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise RequestError(f"'{key}' must be {'an integer' if integer else 'a number'}; got {value!r}", param=key)
-    if not math.isfinite(value):  # json.loads reads NaN and Infinity; no comparison below catches NaN
-        raise RequestError(f"'{key}' must be a finite number; got {value!r}", param=key)
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise RequestError(f"'{key}' must be {bounds}; got {value!r}", param=key)
-    return value
+def _number(key: str, kind: type, low: float, high: float | None = None):
+    """An optional, strictly typed number field in [low, high] (finite: `json.loads` reads NaN and Infinity)."""
+    BOUNDS[key] = (low, high)
+    return Annotated[kind, Field(ge=low, le=high, allow_inf_nan=False)] | None
 
 
-def _flag(body: dict, key: str) -> bool:
-    value = body.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise RequestError(f"'{key}' must be true or false; got {value!r}", param=key)
-    return value
+class _Decoding(BaseModel):
+    """The fields both endpoints read. Strict: a boolean or a string is not a number. Fields beyond the
+    model's are checked by `_check_fields` (some are allowed at their neutral value)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    model: str | None = None
+    max_tokens: _number("max_tokens", int, 0) = None
+    temperature: _number("temperature", float, 0, 2) = None
+    top_p: _number("top_p", float, 0, 1) = None
+    top_k: _number("top_k", int, -1) = None
+    n: _number("n", int, 1, MAX_N) = None
+    seed: _number("seed", int, -INT64, INT64 - 1) = None
+    stop: str | list[str] | None = None
 
 
-def _stop(body: dict) -> tuple[str, ...]:
-    value = body.get("stop")
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,) if value else ()
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        if len(value) > MAX_STOP:
-            raise RequestError(f"'stop' has {len(value)} strings; at most {MAX_STOP} are allowed", param="stop")
-        return tuple(s for s in value if s)
-    raise RequestError(f"'stop' must be a string or a list of strings; got {value!r}", param="stop")
+class CompletionRequest(_Decoding):
+    prompt: str | list[str] | None = None
+    logprobs: _number("logprobs", int, 0, 20) = None
+    echo: bool | None = None
+    best_of: int | None = None
+
+
+class ChatRequest(_Decoding):
+    messages: list | None = None  # each message is checked by `_messages`, naming its index
+    max_completion_tokens: _number("max_completion_tokens", int, 0) = None
+    logprobs: bool | None = None
+    top_logprobs: _number("top_logprobs", int, 0, 20) = None
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
+    echo: bool | None = None
+
+
+# What a field of the wrong type must be, where "a number" or "true or false" would not say it.
+SHAPES = {
+    "model": "'model' is required (a string)",
+    "prompt": "'prompt' is required: a string or a non-empty list of strings (token-id prompts are not supported)",
+    "messages": "'messages' is required: a non-empty list of {role, content}",
+    "stop": "'stop' must be a string or a list of strings; got {value!r}",
+}
+
+
+def parse_request(kind: type[_Decoding], body: dict) -> _Decoding:
+    """`body` as a request model, or the RequestError that names its first mistake."""
+    _check_fields(body, set(kind.model_fields))
+    try:
+        return kind.model_validate(body)
+    except ValidationError as e:
+        error = e.errors()[0]
+    key, value, why = str(error["loc"][0]), error["input"], error["type"]
+    if key in SHAPES:
+        raise RequestError(SHAPES[key].format(value=body.get(key)), param=key) from None
+    if why == "finite_number":
+        message = f"'{key}' must be a finite number; got {value!r}"
+    elif why in ("greater_than_equal", "less_than_equal"):
+        low, high = BOUNDS[key]
+        message = f"'{key}' must be {f'at least {low}' if high is None else f'between {low} and {high}'}; got {value!r}"
+    elif why.startswith("bool"):
+        message = f"'{key}' must be true or false; got {value!r}"
+    elif why.startswith("int"):
+        message = f"'{key}' must be an integer; got {value!r}"
+    else:
+        message = f"'{key}' must be a number; got {value!r}"
+    raise RequestError(message, param=key) from None
 
 
 def _check_fields(body: dict, allowed: set[str]) -> None:
@@ -213,16 +233,19 @@ class Decoding:
     stop: tuple[str, ...]
 
     @classmethod
-    def parse(cls, body: dict, max_tokens: int) -> "Decoding":
-        top_k = _number(body, "top_k", None, low=-1, integer=True)
+    def of(cls, request: _Decoding, max_tokens: int) -> "Decoding":
+        stop = request.stop
+        stop = [stop] if isinstance(stop, str) else stop or []
+        if len(stop) > MAX_STOP:
+            raise RequestError(f"'stop' has {len(stop)} strings; at most {MAX_STOP} are allowed", param="stop")
         return cls(
             max_tokens=max_tokens,
-            temperature=float(_number(body, "temperature", 1.0, low=0, high=2)),
-            top_p=_number(body, "top_p", None, low=0, high=1),
-            top_k=None if top_k in (None, -1, 0) else top_k,  # vLLM: -1 (and 0) switch top-k off
-            n=_number(body, "n", 1, low=1, high=MAX_N, integer=True),
-            seed=_number(body, "seed", None, low=-INT64, high=INT64 - 1, integer=True),
-            stop=_stop(body),
+            temperature=1.0 if request.temperature is None else float(request.temperature),
+            top_p=request.top_p,
+            top_k=None if request.top_k in (None, -1, 0) else request.top_k,  # vLLM: -1 (and 0) switch top-k off
+            n=1 if request.n is None else request.n,
+            seed=request.seed,
+            stop=tuple(s for s in stop if s),
         )
 
 
@@ -230,23 +253,27 @@ class Decoding:
 
 
 class Service:
-    """Answers OpenAI-style request bodies with a `LanguageModel`; one model call at a time.
+    """Answers OpenAI-style request bodies with a `LanguageModel`.
 
+    `completions` and `chat` check a body without touching the model and return the request's turn: the
+    model work, which `run` does, one turn at a time (the caller's lock; `serve`'s is an asyncio lock).
     `max_tokens` caps what one request may ask to generate; `context` (the model's `context_length`,
-    when it has one) caps prompt + generation; `max_cache_bytes` caps the KV cache one request holds
-    (for a model whose cached position has a known size). All are checked before the model runs, so no
-    request can hold the lock for longer than one bounded generation, nor take more memory than allowed.
+    when it has one) caps prompt + generation; `max_cache_bytes` caps the KV cache one request holds and
+    `max_request_bytes` its whole peak (for a model whose shape is known). All are checked before the model
+    runs, so no request can hold the lock for longer than one bounded generation, nor take more memory
+    than allowed.
     """
 
     def __init__(self, model: LanguageModel, name: str, max_tokens: int = DEFAULT_MAX_TOKENS,
-                 max_cache_bytes: int | None = None):
+                 max_cache_bytes: int | None = None, max_request_bytes: int | None = None):
         self.model, self.name, self.max_tokens, self.max_cache_bytes = model, name, max_tokens, max_cache_bytes
+        self.max_request_bytes = max_request_bytes
         self.position_bytes = position_bytes(model)
+        self.shape = Shape.of(model)
         self.fast = getattr(model, "decoder", None) is not None
         self.context: int | None = getattr(model, "context_length", None)
         self.token_chars = _longest_token(model)
         self.log: Callable[[str], None] | None = None  # with --log-requests: when each generation starts
-        self.lock = threading.Lock()
         self.created = int(time.time())
         self.identity = model.identity()
         digest = hashlib.sha256(json.dumps(self.identity, sort_keys=True, default=str).encode()).hexdigest()
@@ -261,9 +288,8 @@ class Service:
     def models(self) -> dict:
         return {"object": "list", "data": [self.model_card()]}
 
-    def _check_model(self, body: dict) -> None:
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
+    def _check_model(self, model: str | None) -> None:
+        if not model:
             raise RequestError("'model' is required (a string)", param="model")
         if model != self.name:
             raise RequestError(f"The model `{model}` does not exist (this server serves `{self.name}`)",
@@ -271,8 +297,10 @@ class Service:
 
     # -- limits (checked before the model runs)
 
-    def _max_tokens(self, body: dict, key: str, default: int) -> int:
-        value = _number(body, key, min(default, self.max_tokens), low=0, integer=True)
+    def _max_tokens(self, request: _Decoding, key: str, default: int) -> int:
+        value = getattr(request, key)
+        if value is None:
+            return min(default, self.max_tokens)
         if value > self.max_tokens:
             raise RequestError(f"'{key}' must be at most {self.max_tokens} (this server's --max-tokens); "
                                f"got {value}", param=key)
@@ -326,49 +354,67 @@ class Service:
                 f"fewer tokens (max_tokens) or a shorter prompt, or start the server with a larger "
                 f"--max-cache-memory", code="cache_memory_exceeded")
 
-    @contextmanager
-    def _turn(self, disconnected: Callable[[], bool] | None):
-        """The model for one request: the lock held, and a stoppable model's `stop_requested` asking whether
-        this request's client is gone, so an abandoned request gives the lock back within one decoding step."""
-        with self.lock:
-            if disconnected is not None and disconnected():
-                raise ClientGone("client disconnected while its request waited; dropped before generation")
-            stoppable = hasattr(self.model, "stop_requested")
+    def _check_memory(self, prompt_tokens: list[int | None], decoding: Decoding, echo: bool) -> None:
+        """Refuse a request whose peak (KV cache and the largest transient of its passes: `request_estimate`)
+        would not fit `max_request_bytes`, before the model runs any of it."""
+        if self.max_request_bytes is None or self.shape is None or None in prompt_tokens:
+            return
+        need, how = request_estimate(self.shape, self.position_bytes or self.shape.position_bytes, prompt_tokens,
+                                     decoding.n, decoding.max_tokens, decoding.temperature > 0, self.fast,
+                                     getattr(self.model, "batch_size", 1), echo)
+        if need > self.max_request_bytes:
+            raise RequestError(
+                f"this request needs {need} bytes ({format_size(need)}) at its peak, {how}: more than this "
+                f"server's --max-request-memory of {self.max_request_bytes} bytes "
+                f"({format_size(self.max_request_bytes)}); ask for fewer samples (n), fewer tokens (max_tokens) "
+                f"or a shorter prompt, or start the server with a larger --max-request-memory",
+                code="request_memory_exceeded")
+
+    def run(self, turn: Callable[[Callable[[], bool] | None], dict],
+            disconnected: Callable[[], bool] | None = None) -> dict:
+        """A request's turn at the model (the caller lets one run at a time), with a stoppable model's
+        `stop_requested` asking whether its client is gone, so an abandoned request gives the model back
+        within one decoding step."""
+        if disconnected is not None and disconnected():
+            raise ClientGone("client disconnected while its request waited; dropped before generation")
+        stoppable = hasattr(self.model, "stop_requested")
+        if stoppable:
+            self.model.stop_requested = disconnected
+        try:
+            return turn(disconnected)
+        finally:
             if stoppable:
-                self.model.stop_requested = disconnected
-            try:
-                yield
-            finally:
-                if stoppable:
-                    self.model.stop_requested = None
+                self.model.stop_requested = None
 
     # -- /v1/completions
 
-    def completions(self, body: dict, disconnected: Callable[[], bool] | None = None) -> dict:
-        _check_fields(body, COMPLETION_FIELDS)
-        self._check_model(body)
-        prompts = _prompts(body.get("prompt"))
-        max_tokens = self._max_tokens(body, "max_tokens", DEFAULT_COMPLETION_TOKENS)
-        decoding = Decoding.parse(body, max_tokens)
-        logprobs = _number(body, "logprobs", None, low=0, high=20, integer=True)
-        echo = _flag(body, "echo")
-        best_of = body.get("best_of")
-        if best_of is not None and best_of != decoding.n:
+    def completions(self, body: dict) -> Callable[[Callable[[], bool] | None], dict]:
+        """Check a /v1/completions body (no model work); its turn at the model, for `run`."""
+        request = parse_request(CompletionRequest, body)
+        self._check_model(request.model)
+        prompts = _prompts(request.prompt)
+        max_tokens = self._max_tokens(request, "max_tokens", DEFAULT_COMPLETION_TOKENS)
+        decoding = Decoding.of(request, max_tokens)
+        if request.best_of is not None and request.best_of != decoding.n:
             raise RequestError("'best_of' other than n is not supported", param="best_of",
                                code="unsupported_parameter")
-
         for p in prompts:
             self._check_chars(len(p), "prompt")
+        return lambda disconnected: self._complete(prompts, decoding, request.logprobs, bool(request.echo),
+                                                   disconnected)
+
+    def _complete(self, prompts: list[str], decoding: Decoding, logprobs: int | None, echo: bool,
+                  disconnected: Callable[[], bool] | None) -> dict:
         requests = [Prompt(text=p) for p in prompts]
-        with self._turn(disconnected):
-            counts = []
-            for request in requests:  # up to MAX_PROMPTS x ~1 s of tokenising at the character bound
-                if disconnected is not None and disconnected():
-                    raise ClientGone("client disconnected; dropped while its prompts were counted")
-                counts.append(self._check_tokens(request, max_tokens, "prompt"))
-            self._check_cache(counts, decoding)
-            echoes = [self._echo(Prompt(text=""), p) for p in prompts] if echo else None
-            results = self._decode(requests, decoding)
+        counts = []
+        for request in requests:  # up to MAX_PROMPTS x ~1 s of tokenising at the character bound
+            if disconnected is not None and disconnected():
+                raise ClientGone("client disconnected; dropped while its prompts were counted")
+            counts.append(self._check_tokens(request, decoding.max_tokens, "prompt"))
+        self._check_cache(counts, decoding)
+        self._check_memory(counts, decoding, echo)
+        echoes = [self._echo(Prompt(text=""), p) for p in prompts] if echo else None
+        results = self._decode(requests, decoding)
         choices, prompt_tokens, completion_tokens = [], 0, 0
         for i, (text, continuations) in enumerate(zip(prompts, results)):
             prompt_tokens += _prompt_tokens(continuations, echoes[i] if echoes else None)
@@ -399,24 +445,19 @@ class Service:
 
     # -- /v1/chat/completions
 
-    def chat(self, body: dict, disconnected: Callable[[], bool] | None = None) -> dict:
-        _check_fields(body, CHAT_FIELDS)
-        self._check_model(body)
-        messages = _messages(body.get("messages"), self.context)
-        key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-        max_tokens = self._max_tokens(body, key, DEFAULT_CHAT_TOKENS)
-        decoding = Decoding.parse(body, max_tokens)
-        logprobs = _flag(body, "logprobs")
-        top = _number(body, "top_logprobs", 0, low=0, high=20, integer=True)
-        if top:
+    def chat(self, body: dict) -> Callable[[Callable[[], bool] | None], dict]:
+        """Check a /v1/chat/completions body (no model work); its turn at the model, for `run`."""
+        request = parse_request(ChatRequest, body)
+        self._check_model(request.model)
+        messages = _messages(request.messages, self.context)
+        key = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+        max_tokens = self._max_tokens(request, key, DEFAULT_CHAT_TOKENS)
+        decoding = Decoding.of(request, max_tokens)
+        if request.top_logprobs:
             raise RequestError("'top_logprobs' is not supported (only the chosen token's log-probability is "
                                "given); leave it unset or 0", param="top_logprobs", code="unsupported_parameter")
-        continue_final = _flag(body, "continue_final_message")
-        generation_prompt = body.get("add_generation_prompt")
-        if generation_prompt is not None and not isinstance(generation_prompt, bool):
-            raise RequestError("'add_generation_prompt' must be true or false", param="add_generation_prompt")
-        echo = _flag(body, "echo")
-        if continue_final:
+        generation_prompt, echo = request.add_generation_prompt, bool(request.echo)
+        if request.continue_final_message:
             if messages[-1][0] != "assistant":
                 raise RequestError("'continue_final_message' needs a final assistant message to continue",
                                    param="messages")
@@ -435,10 +476,14 @@ class Service:
             prompt = Prompt(messages=tuple(messages))
 
         self._check_chars(sum(len(c) for _, c in messages), "messages")
-        with self._turn(disconnected):
-            self._check_cache([self._check_tokens(prompt, max_tokens, "messages")], decoding)
-            echoed = self._echo(Prompt(messages=prompt.messages), prompt.prefix, scored_only=True) if echo else None
-            (continuations,) = self._decode([prompt], decoding)
+        return lambda disconnected: self._chat(prompt, decoding, bool(request.logprobs), echo)
+
+    def _chat(self, prompt: Prompt, decoding: Decoding, logprobs: bool, echo: bool) -> dict:
+        counts = [self._check_tokens(prompt, decoding.max_tokens, "messages")]
+        self._check_cache(counts, decoding)
+        self._check_memory(counts, decoding, echo)
+        echoed = self._echo(Prompt(messages=prompt.messages), prompt.prefix, scored_only=True) if echo else None
+        (continuations,) = self._decode([prompt], decoding)
         choices, completion_tokens = [], 0
         for c in continuations:
             completion_tokens += len(c.tokens)
@@ -459,7 +504,7 @@ class Service:
                 "model": self.name, "system_fingerprint": self.fingerprint, "choices": choices,
                 "usage": _usage(_prompt_tokens(continuations, echoed), completion_tokens)}
 
-    # -- model calls (the caller holds the lock)
+    # -- model calls (in a request's turn)
 
     def _decode(self, prompts: list[Prompt], decoding: Decoding) -> list[list[Continuation]]:
         """`decoding.n` continuations of every prompt (`ClientGone` when the model was told to stop)."""
@@ -657,155 +702,168 @@ def _surrogate(text: str) -> int | None:
 # ---- HTTP -----------------------------------------------------------------------------------------
 
 
-class Handler(BoundedHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "adaptive-rag"
-    service: Service  # set on the subclass made by `attach`
-    log_requests = False
+class JSON(Response):
+    media_type = "application/json"
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
-        self.received()
-        self._answer(self._get)
+    def render(self, content) -> bytes:
+        # backslashreplace: a lone surrogate, should one reach a reply, is written as its JSON escape
+        return json.dumps(content, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
-    def do_POST(self):  # noqa: N802
-        self._answer(self._post)
 
-    def _get(self) -> dict:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path == "/v1/models":
-            return self.service.models()
-        if path.startswith("/v1/models/"):
-            name = unquote(path[len("/v1/models/"):])
-            if name != self.service.name:
-                raise RequestError(f"The model `{name}` does not exist", status=404, code="model_not_found")
-            return self.service.model_card()
-        if path in ("/health", "/v1/health"):
-            return {"status": "ok"}
-        raise RequestError(f"no route GET {path}", status=404, code="not_found")
+def error_reply(error: RequestError, close: bool = False) -> JSON:
+    headers = {"x-should-retry": "false"} if error.status == 500 else {}  # it would fail the same way again
+    if close:  # the rest of the request was not read: the connection cannot carry another
+        headers["connection"] = "close"
+    return JSON(error.body(), status_code=error.status, headers=headers)
 
-    def _post(self) -> dict:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        routes = {"/v1/completions": self.service.completions, "/v1/chat/completions": self.service.chat}
-        if path not in routes:
-            self._read_body()  # keep the connection usable
-            raise RequestError(f"no route POST {path}", status=404, code="not_found")
-        return routes[path](self._read_body(), self._client_gone)
 
-    def _client_gone(self) -> bool:
-        """Whether the client has closed its connection: the socket reads as end-of-file (or fails).
-        Pipelined bytes of a next request read as data, so they do not count as gone; a client that
-        half-closes its side after sending (rare; `nc -N`) does."""
+async def read_body(request: Request) -> bytes:
+    """The request's body, at most MAX_BODY bytes (a 413 beyond, judged on Content-Length when it is given:
+    h11 has checked it is one number)."""
+    length = request.headers.get("content-length")
+    if length is not None and "transfer-encoding" in request.headers:  # h11 would go by Transfer-Encoding
+        raise RequestError("a request may not carry both Transfer-Encoding and Content-Length (its length would "
+                           "be ambiguous); send the JSON body with Content-Length alone", status=400, code="framing")
+    if length is not None and int(length) > MAX_BODY:
+        raise RequestError(f"request body too large: {int(length)} bytes; at most {MAX_BODY}", status=413)
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY:
+                raise RequestError(f"request body too large: more than {MAX_BODY} bytes sent (chunked); at most "
+                                   f"{MAX_BODY}", status=413)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone("client disconnected while sending its request") from None
+    return b"".join(chunks)
+
+
+def parse_body(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise RequestError("the body is not valid JSON: nested too deeply") from None
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object")
+    _check_unicode(body)
+    return body
+
+
+class App:
+    """The routes, over a `Service`: bodies read and checked off the event loop's hot path, model turns one
+    at a time under `lock`, each in a worker thread, stopped when its client goes or the server stops."""
+
+    def __init__(self, service: Service, stopping: threading.Event):
+        self.service, self.stopping = service, stopping
+        self.lock = asyncio.Lock()
+        self.asgi = Starlette(routes=[
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{name:path}", self.model, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/health", self.health, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+        ], exception_handlers={HTTPException: self.no_route})
+
+    async def no_route(self, request: Request, exc: HTTPException) -> JSON:
+        found = exc.status_code == 404
+        message = f"no route {request.method} {request.url.path}" + ("" if found else f" ({exc.detail})")
+        return error_reply(RequestError(message, status=exc.status_code, code="not_found" if found else None),
+                           close=request.method == "POST")  # its body is left unread
+
+    async def health(self, request: Request) -> JSON:
+        return JSON({"status": "ok"})
+
+    async def models(self, request: Request) -> JSON:
+        return JSON(self.service.models())
+
+    async def model(self, request: Request) -> JSON:
+        name = request.path_params["name"].rstrip("/")
+        if not name:  # /v1/models/
+            return await self.models(request)
+        if name != self.service.name:
+            return error_reply(RequestError(f"The model `{name}` does not exist", status=404,
+                                            code="model_not_found"))
+        return JSON(self.service.model_card())
+
+    async def completions(self, request: Request) -> Response:
+        return await self.answer(request, self.service.completions)
+
+    async def chat(self, request: Request) -> Response:
+        return await self.answer(request, self.service.chat)
+
+    async def answer(self, request: Request, check: Callable[[dict], Callable]) -> Response:
+        """Read and check the body, wait for the model, run the request's turn; every outcome an OpenAI
+        reply (a client that left gets none: stderr says so)."""
+        gone, watcher = threading.Event(), None
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):  # reset, or already closed
-            return True
-
-    def _body_length(self) -> int:
-        """The body's length from an unambiguous Content-Length; a request framed any other way is refused
-        and its connection closed (where its body ends is unknown, so nothing after it can be read)."""
-        self.close_connection = True
-        lengths = [value.strip() for value in self.headers.get_all("Content-Length", [])]
-        if self.headers.get("Transfer-Encoding") is not None:
-            if lengths:
-                raise RequestError("a request may not carry both Transfer-Encoding and Content-Length (its length "
-                                   "would be ambiguous); send the JSON body with Content-Length alone")
-            raise RequestError("Transfer-Encoding is not supported; send the JSON body with a Content-Length header")
-        if not lengths:
-            raise RequestError("a JSON body with a Content-Length header is required")
-        if len(set(lengths)) > 1:
-            raise RequestError(f"Content-Length is given {len(lengths)} times with different values "
-                               f"({', '.join(map(repr, lengths))}); send it once")
-        if not re.fullmatch(r"[0-9]{1,19}", lengths[0]):
-            raise RequestError(f"Content-Length must be a number of bytes in ASCII digits; got {lengths[0]!r}")
-        length = int(lengths[0])
-        if length > MAX_BODY:
-            raise RequestError(f"request body too large: {length} bytes; at most {MAX_BODY}", status=413)
-        self.close_connection = False
-        return length
-
-    def _read_body(self) -> dict:
-        try:
-            length = self._body_length()
-            raw = self.rfile.read(length)
-        except ReceiveTimeout as e:
-            raise ClientGone(str(e)) from None
-        except TimeoutError:
-            raise ClientGone(f"client sent no complete body ({length} bytes promised) within the read timeout "
-                             f"of {self.timeout:g} s; connection closed") from None
-        finally:
-            self.received()
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RequestError(f"the body is not valid JSON: {e}") from None
-        except RecursionError:
-            raise RequestError("the body is not valid JSON: nested too deeply") from None
-        if not isinstance(body, dict):
-            raise RequestError("the body must be a JSON object")
-        _check_unicode(body)
-        return body
-
-    def _answer(self, route) -> None:
-        try:
-            status, body = 200, route()
-        except ClientGone as e:  # nobody to answer; say so on stderr, where operators look
-            print(f"{e} ({self.command} {self.path})", file=sys.stderr, flush=True)
-            self.close_connection = True
-            return
+            raw = await read_body(request)
+            turn = await asyncio.to_thread(lambda: check(parse_body(raw)))
+            # Once the body is read, uvicorn's next message for the request is `http.disconnect`, when the
+            # connection closes.
+            watcher = asyncio.create_task(request.receive())
+            watcher.add_done_callback(lambda task: task.cancelled() or gone.set())
+            async with self.lock:
+                return JSON(await asyncio.to_thread(self.service.run, turn,
+                                                    lambda: gone.is_set() or self.stopping.is_set()))
+        except ClientGone as e:
+            if not gone.is_set() and self.stopping.is_set():  # stopped by the server's shutdown, not the client
+                return error_reply(RequestError("this server is shutting down; the generation was stopped, retry "
+                                                 "elsewhere or later", status=503, type_="server_error"), close=True)
+            # nobody to answer; say so on stderr, where operators look (what is sent to a closed client is dropped)
+            print(f"{e} ({request.method} {request.url.path})", file=sys.stderr, flush=True)
+            return Response(status_code=499, headers={"connection": "close"})
         except RequestError as e:
-            status, body = e.status, e.body()
+            return error_reply(e, close=e.status == 413 or e.code == "framing")
         except AdaptiveRagError as e:  # the model refused this input (no chat template, empty text, ...)
-            status, body = 400, RequestError(str(e)).body()
+            return error_reply(RequestError(str(e)))
         except Exception as e:  # noqa: BLE001 - never a traceback to the client; it goes to our stderr
             traceback.print_exc(file=sys.stderr)
-            status = 500
-            body = RequestError(f"internal server error ({type(e).__name__})", status=500,
-                                type_="server_error").body()
-        # backslashreplace: a lone surrogate, should one reach a reply, is written as its JSON escape
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if status == 500:  # the model failed on this input: it would fail the same way on a retry
-                self.send_header("x-should-retry", "false")
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout); nothing to tell it
-            self.close_connection = True
-
-    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
-        if self.log_requests:
-            super().log_message(format, *args)
+            return error_reply(RequestError(f"internal server error ({type(e).__name__})", status=500,
+                                            type_="server_error"))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
 
-def attach(server: BoundedServer, service: Service, log_requests: bool = False,
-           read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-           receive_timeout_s: float = DEFAULT_RECEIVE_TIMEOUT_S) -> BoundedServer:
-    """Give a bound `server` its service and start listening (`serve_forever` then answers)."""
+class Server(uvicorn.Server):
+    """uvicorn's server, saying `serving <name> on <url>` once it listens, and telling a running generation
+    to stop when it shuts down (SIGTERM, SIGINT) rather than waiting for it."""
+
+    def __init__(self, config: uvicorn.Config, ready: str, stopping: threading.Event):
+        super().__init__(config)
+        self.ready, self.stopping = ready, stopping
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(self.ready, flush=True)
+
+    async def shutdown(self, sockets=None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
+
+
+def make_server(service: Service, sock, log_requests: bool = False, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+                receive_timeout_s: float = DEFAULT_RECEIVE_TIMEOUT_S,
+                max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Server:
+    """A uvicorn server answering for `service` on the bound socket `sock` (`run()` listens and serves). A
+    connection silent for `read_timeout_s`, or slower than `receive_timeout_s` to send a request, is closed
+    (`DeadlineProtocol`); beyond `max_connections` open at once, a request is answered 503."""
     if log_requests:
         service.log = lambda message: print(message, file=sys.stderr, flush=True)
-    server.RequestHandlerClass = type("BoundHandler", (Handler,), {
-        "service": service, "log_requests": log_requests, "timeout": read_timeout_s,
-        "receive_timeout": receive_timeout_s})
-    server.server_activate()
-    return server
-
-
-def make_server(model: LanguageModel, name: str, host: str = "127.0.0.1", port: int = 0,
-                log_requests: bool = False, max_tokens: int = DEFAULT_MAX_TOKENS,
-                read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
-                receive_timeout_s: float = DEFAULT_RECEIVE_TIMEOUT_S,
-                max_connections: int = DEFAULT_MAX_CONNECTIONS, max_cache_bytes: int | None = None) -> BoundedServer:
-    """An HTTP server (listening, not yet serving) answering for `model` under `name`; `port=0` picks a free
-    port; a request may ask for at most `max_tokens` generated tokens and a KV cache of `max_cache_bytes`.
-    A connection that sends nothing for `read_timeout_s` (a request never finished, or an idle keep-alive)
-    is closed, and so is one that takes longer than `receive_timeout_s` to send a request, so slow or
-    stalled clients cannot pile up threads; the wait for the model's lock and generation are not reads."""
-    server = BoundedServer((host, port), Handler, max_connections)
-    return attach(server, Service(model, name, max_tokens, max_cache_bytes), log_requests, read_timeout_s,
-                  receive_timeout_s)
+    stopping = threading.Event()
+    protocol = type("Deadlines", (DeadlineProtocol,), {"read_timeout": read_timeout_s,
+                                                        "receive_timeout": receive_timeout_s})
+    config = uvicorn.Config(App(service, stopping).asgi, http=protocol, lifespan="off", log_level=(
+        "info" if log_requests else "warning"), access_log=log_requests, use_colors=False, server_header=False,
+        limit_concurrency=max_connections + 1,  # uvicorn counts the asking connection itself
+        timeout_keep_alive=read_timeout_s, timeout_graceful_shutdown=10, h11_max_incomplete_event_size=MAX_HEAD)
+    host, port = sock.getsockname()[:2]
+    return Server(config, f"serving {service.name} on http://{host}:{port}/v1", stopping)
 
 
 # ---- the command ----------------------------------------------------------------------------------
@@ -824,18 +882,19 @@ def _option_error(args) -> str | None:
         if value < 1:
             return f"{option} must be at least 1; got {value}"
     for option, value in (("--read-timeout", args.read_timeout), ("--receive-timeout", args.receive_timeout)):
-        if not 0 < value < 10**9:  # NaN and inf too (a socket timeout must be a finite number)
+        if not 0 < value < 10**9:  # NaN and inf too (a timer needs a finite number)
             return f"{option} must be a positive number of seconds; got {value}"
     if not 0 <= args.port <= 65535:
         return f"--port must be between 0 and 65535 (0 picks a free port); got {args.port}"
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         return f"--device must be cpu, cuda or cuda:N; got {args.device!r}"
-    if args.max_cache_memory != "auto":
-        try:
-            parse_size(args.max_cache_memory)
-        except ValueError:
-            return (f"--max-cache-memory must be auto or a size of at least one byte, {SIZE_SYNTAX}; "
-                    f"got {args.max_cache_memory!r}")
+    for option, value in (("--max-cache-memory", args.max_cache_memory),
+                          ("--max-request-memory", args.max_request_memory)):
+        if value != "auto":
+            try:
+                parse_size(value)
+            except ValueError:
+                return f"{option} must be auto or a size of at least one byte, {SIZE_SYNTAX}; got {value!r}"
     return None
 
 
@@ -855,23 +914,21 @@ def _device_error(device: str) -> str | None:
     return None
 
 
-def _cache_budget(setting: str, device: str) -> tuple[int | None, str]:
-    """Bytes of KV cache one request may hold (None: unchecked), and where the number comes from."""
+def _budget(option: str, setting: str, share: float, room: tuple[int, str] | None) -> tuple[int | None, str]:
+    """Bytes one request may take under `option` (None: unchecked), and where the number comes from."""
     if setting != "auto":
-        return parse_size(setting), "--max-cache-memory"
-    room = headroom(device)
+        return parse_size(setting), option
     if room is None:
-        return None, "--max-cache-memory auto, but no memory limit of this process could be read: unchecked"
+        return None, f"{option} auto, but no memory limit of this process could be read: unchecked"
     size, which = room
-    return int(size * AUTO_CACHE_SHARE), (f"--max-cache-memory auto: {AUTO_CACHE_SHARE:.0%} of {format_size(size)}, "
-                                          f"{which} once the model is loaded")
+    return int(size * share), f"{option} auto: {share:.0%} of {format_size(size)}, {which} once the model is loaded"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Parser(prog="adaptive-rag serve",
                      description="Serve a local model as an OpenAI-compatible API (tokens and log-probabilities "
-                                 "only). A request beyond a limit below is answered with an OpenAI error body "
-                                 "naming it, before the model runs.")
+                                 "only), on uvicorn. A request beyond a limit below is answered with an OpenAI "
+                                 "error body naming it, before the model runs.")
     parser.add_argument("--model-dir", required=True, help="a materialised Hugging Face model directory")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                         help="the weights' dtype in memory (default: %(default)s)")
@@ -894,24 +951,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "more is a 400 naming this limit); prompt + max_tokens must also fit the model's "
                              "context length (default: %(default)s)")
     parser.add_argument("--max-cache-memory", default="auto", metavar="SIZE",
-                        help="the most KV-cache memory one request may hold: (positions the engine would cache for "
-                             "it: fast path, prompt tokens + n x (max_tokens + 1) when sampling, min(prompts, "
-                             "--batch-size) x (prompt + max_tokens + 1) greedy; eager path, n or min(prompts, "
-                             "--batch-size) rows x (prompt + max_tokens)) x the bytes of one cached position; more "
-                             "is a 400 naming both. SIZE is " + SIZE_SYNTAX + ", or auto: half "
-                             "of what the tightest memory limit leaves once the model is loaded (the machine's "
-                             "available memory, the process's cgroup limit or RLIMIT_AS; on CUDA the device's "
-                             "free memory), printed at start-up (default: %(default)s)")
+                        help="the most KV-cache memory one request may hold (the positions the engine caches for it x "
+                             "the bytes of one: docs/engine.md); more is a 400 naming both. SIZE is " + SIZE_SYNTAX +
+                             ", or auto: half of what the tightest memory limit (available memory, cgroup, RLIMIT_AS; "
+                             "on CUDA the device's free memory) leaves once the model is loaded (default: %(default)s)")
+    parser.add_argument("--max-request-memory", default="auto", metavar="SIZE",
+                        help="the most memory one request may take at its peak: that cache plus its prefill, a "
+                             "decoding step's scores and logits, echo's pass; more is a 400 naming both. SIZE as "
+                             f"above, or auto: {AUTO_REQUEST_SHARE * 100:.0f}%% of that room (default: %(default)s)")
     parser.add_argument("--read-timeout", type=float, default=DEFAULT_READ_TIMEOUT_S,
-                        help="seconds a connection may send nothing (an unfinished request, an idle keep-alive) "
-                             "before it is closed (default: %(default)s)")
+                        help="seconds a connection may send nothing (a new connection, an unfinished request, an idle "
+                             "keep-alive: uvicorn's timeout_keep_alive) before it is closed (default: %(default)s)")
     parser.add_argument("--receive-timeout", type=float, default=DEFAULT_RECEIVE_TIMEOUT_S,
                         help="seconds a client has to send one whole request (request line, headers and body) from "
                              "its first byte; a slower one is disconnected, however often it sends a byte "
                              "(default: %(default)s)")
     parser.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                        help="open connections at a time (one thread each); one more is answered 503 "
-                             "(too_many_connections) at once and closed (default: %(default)s)")
+                        help="open connections at a time (uvicorn's limit_concurrency); a request on one more is "
+                             "answered 503 and its connection closed (default: %(default)s)")
     args = parser.parse_args(argv)
 
     def fail(message: str) -> int:
@@ -922,7 +979,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         return fail(problem)
     try:
-        server = BoundedServer((args.host, args.port), Handler, args.max_connections)
+        sock = bound_socket(args.host, args.port)
     except OSError as e:
         return fail(listen_error(args.host, args.port, e))
     from .hf import HFModel
@@ -930,31 +987,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         model = HFModel(args.model_dir, dtype=args.dtype, device=args.device, threads=args.threads,
                         batch_size=args.batch_size, attention=args.attention)
-        budget, source = _cache_budget(args.max_cache_memory, args.device)
+        room = headroom(args.device) if "auto" in (args.max_cache_memory, args.max_request_memory) else None
+        cache, cache_source = _budget("--max-cache-memory", args.max_cache_memory, AUTO_CACHE_SHARE, room)
+        whole, whole_source = _budget("--max-request-memory", args.max_request_memory, AUTO_REQUEST_SHARE, room)
     except AdaptiveRagError as e:
-        server.server_close()
+        sock.close()
         return fail(str(e))
     name = args.served_name or Path(args.model_dir).resolve().name
-    attach(server, Service(model, name, args.max_tokens, budget), log_requests=args.log_requests,
-           read_timeout_s=args.read_timeout, receive_timeout_s=args.receive_timeout)
-    limit = "unchecked" if budget is None else f"{budget} bytes ({format_size(budget)})"
-    print(f"KV cache per request: at most {limit}; {source}", file=sys.stderr, flush=True)
-
-    def stop(signum, frame):
-        raise KeyboardInterrupt
-
-    # Both signals explicitly: a process started in the background may inherit SIGINT as ignored.
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    host, port = server.server_address[:2]
-    print(f"serving {name} on http://{host}:{port}/v1", flush=True)
+    server = make_server(Service(model, name, args.max_tokens, cache, whole), sock, args.log_requests,
+                         args.read_timeout, args.receive_timeout, args.max_connections)
+    for what, budget, source in (("KV cache", cache, cache_source), ("memory", whole, whole_source)):
+        limit = "unchecked" if budget is None else f"{budget} bytes ({format_size(budget)})"
+        print(f"{what} per request: at most {limit}; {source}", file=sys.stderr, flush=True)
+    # uvicorn re-raises the signal that stopped it once it has shut down; handled here, that ends `run` with
+    # status 0. Both signals explicitly: a process started in the background may inherit SIGINT as ignored.
+    previous = {sig: signal.signal(sig, lambda signum, frame: None) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
+        server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        server.server_close()
+        sock.close()
     return 0
 
 
