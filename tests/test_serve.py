@@ -145,7 +145,7 @@ def serving(model_dir: Path, *options: str, launcher: str | None = None):
     finally:
         proc.terminate()
         try:
-            code = proc.wait(timeout=20)
+            code = proc.wait(timeout=90)  # 1-2 s idle; more on a busy 2-core machine
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
