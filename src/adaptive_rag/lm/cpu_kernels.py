@@ -10,8 +10,12 @@ row counts (1 and the batch size: the tail of a call and its full steps), and ke
 keeps the tie (within `MARGIN`), so a choice does not flip between runs on timing noise. The choice is
 remembered in a small file per machine (`choices_path()`), keyed by what decides it (CPU, ISA in use and
 forced-ISA settings, torch and oneDNN builds, threads, dtype, rows, the layers' shapes), so each machine
-measures once. A choice timed while other work held the cores (the entry keeps the load average) can be
-measured again by deleting the file or setting `model.cpu_kernels` outright.
+measures once. Timings taken while other work holds the cores say little (two processes of two
+threads on two cores can slow a pass 50-fold), so the timing runs twice and a choice is remembered only
+when both rounds agree and the machine's load average was under its core count; otherwise this run
+keeps the packed kernel (if the rounds disagree) or its measured choice, and the next load measures again.
+A remembered choice can be measured again by deleting the file, or skipped by setting
+`model.cpu_kernels` outright.
 
 The two paths add the same products in different orders, so their results can differ in the last bits
 (float32) and a greedy token can in principle flip: `modules` is part of the model's identity (the
@@ -39,7 +43,9 @@ class KernelChoice:
     """What runs the linear layers, and why."""
 
     kernel: str  # packed | modules
-    how: str  # setting (model.cpu_kernels named it) | measured | remembered | unavailable (no packed kernel)
+    # setting (model.cpu_kernels named it) | measured | measured, not remembered (busy machine or rounds that
+    # disagreed) | remembered | unavailable (no packed kernel)
+    how: str
     seconds: dict = field(default_factory=dict)  # kernel -> {rows: seconds of one pass over every linear layer}
     machine: str = ""
 
@@ -150,8 +156,15 @@ def choose(modules, packed: dict, setting: str, rows_hint: int) -> KernelChoice:
     entry = _remembered(path, key)
     if entry is not None:
         return KernelChoice(entry["kernel"], "remembered", entry.get("seconds", {}), cpu_model())
-    seconds = time_kernels(modules, packed, rows)
-    choice = KernelChoice(faster(seconds), "measured", seconds, cpu_model())
-    _remember(path, key, {"kernel": choice.kernel, "seconds": seconds, "machine": cpu_model(),
-                          "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": os.getloadavg()[0]})
-    return choice
+    rounds = [time_kernels(modules, packed, rows) for _ in range(2)]
+    winners = {faster(seconds) for seconds in rounds}
+    seconds = {k: {n: min(r[k][n] for r in rounds) for n in rounds[0][k]} for k in KERNELS}
+    load = os.getloadavg()[0]
+    if len(winners) > 1:
+        return KernelChoice("packed", "measured, not remembered (the two rounds disagreed)", seconds, cpu_model())
+    kernel = winners.pop()
+    if load >= (os.cpu_count() or 1):
+        return KernelChoice(kernel, f"measured, not remembered (load average {load:.1f})", seconds, cpu_model())
+    _remember(path, key, {"kernel": kernel, "seconds": seconds, "machine": cpu_model(),
+                          "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": round(load, 2)})
+    return KernelChoice(kernel, "measured", seconds, cpu_model())
