@@ -299,7 +299,8 @@ class Planner:
         dataset, n = ablation.datasets[0], self.questions(ablation.datasets[0])
         source = self.source(dataset, ablation.base)
         if n is None or source is None:
-            self.unpriced.append(f"uncertainty_sweep {name}: no run of type seakr is measured")
+            why = f"its questions are not known ({dataset})" if n is None else "no run of type seakr is measured"
+            self.unpriced.append(f"uncertainty_sweep {name}: {why}")
             return Cost(1, basis={"not projected"})
         self.use(source, "seakr sweep")
         works = []
