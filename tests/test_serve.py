@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import queue
 import re
 import select
 import shutil
@@ -455,7 +454,7 @@ def test_under_the_same_limit_the_eager_path_refuses_it_with_its_numbers(wide_mo
 
 
 LONG = " hello" * 2666  # 7998 tokens here: with max_tokens 1, within the wide model's context of 8192
-LONG_REQUESTS = [  # (what, fields): the issue's 8,000-token prompt, alone, 128 times sampled, and echoed (scored)
+LONG_REQUESTS = [  # (what, fields): an 8,000-token prompt, alone, 128 times sampled, and echoed (scored)
     ("n=1", {"n": 1}), ("n=128", {"n": 128}), ("echo", {"n": 1, "max_tokens": 0, "echo": True, "logprobs": 0}),
 ]
 
@@ -477,7 +476,7 @@ def assert_answered_or_refused(server: Served, path: str, body: dict) -> int:
 @pytest.mark.slow  # starts the `serve` process
 @pytest.mark.parametrize("attention", ["fast", "eager"])
 def test_an_8000_token_prompt_is_answered_or_refused_under_an_address_space_limit(wide_model_dir, attention):
-    """The issue's hostile case: 8,000 prompt tokens passed the KV-cache check and ran out of memory in prefill
+    """A hostile case: 8,000 prompt tokens passed the KV-cache check and ran out of memory in prefill
     (a 500 after a minute). Counted whole - the eager path's attention scores (16 heads x 7998^2 floats a layer,
     12 GiB) and echo's pass - each is a 400 before any model work, or served; never a 500."""
     require_address_space_limit()
@@ -648,7 +647,7 @@ def burst(server: Served, sockets: int = 100) -> None:
 
 @pytest.mark.slow  # starts the `serve` process
 def test_a_burst_of_100_connections_under_an_address_space_limit_raises_nothing(limited_model_dir):
-    """The issue's hostile re-test: 100 connections at once under a memory limit gave `OSError: [Errno 9] Bad
+    """A hostile re-test: 100 connections at once under a memory limit gave `OSError: [Errno 9] Bad
     file descriptor` and `ValueError: Semaphore released too many times` on the server's stderr. Five bursts
     (more connections than --max-connections, half-sent requests, resets, clients gone mid-generation) leave no
     exception, traceback or error line, and the server answers next."""
