@@ -68,7 +68,7 @@ import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Sequence
+from typing import Annotated, Callable, Sequence
 
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
