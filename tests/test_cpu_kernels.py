@@ -91,6 +91,14 @@ def test_a_remembered_choice_is_what_the_model_runs(lively_dir, choices):
         assert bool(lm.decoder.packed) == (kernel == "packed")
 
 
+def test_a_pass_slower_than_the_weights_allow_stops_the_timing_and_keeps_packed(lively_dir, choices, monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "_pass_seconds", lambda run, modules, inputs: 30.0)  # other work holds the cores
+    lm = HFModel(lively_dir, batch_size=3)
+    assert lm.kernel_choice["kernel"] == "packed" and lm.decoder.packed
+    assert lm.kernel_choice["how"].startswith("not measured, the machine is busy (a pass of")
+    assert not choices.exists()
+
+
 def test_an_unreadable_or_unwritable_choices_file_only_means_measuring_again(lively_dir, choices, scripted):
     choices.parent.mkdir()
     choices.write_text("not json")

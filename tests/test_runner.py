@@ -81,7 +81,7 @@ def test_provenance_says_where_the_job_time_went_and_which_cpu_kernel_ran(job):
     assert timings["process_start_s"] > 0 and timings["model_load_s"] > 0
     assert sum(timings["chunks_s"]) + timings["model_load_s"] <= record["wall_time_s"] + 0.01
     assert record["cpu_kernels"]["kernel"] in ("packed", "modules")
-    assert record["cpu_kernels"]["how"].startswith(("measured", "remembered"))
+    assert record["cpu_kernels"]["how"].startswith(("measured", "remembered", "not measured, the machine is busy"))
     assert (record["model"].get("cpu_kernels") == "modules") == (record["cpu_kernels"]["kernel"] == "modules")
     assert record["host"]["cpu"]["model"] and record["host"]["cpu"]["isa"]
 

@@ -36,6 +36,13 @@ KERNELS = ("packed", "modules")
 SETTINGS = ("auto", *KERNELS)
 MARGIN = 0.9  # `modules` is chosen only when it takes under 90 % of packed's time
 REPEATS = 3  # timed passes per candidate and row count (after one untimed pass); the fastest counts
+# A pass streaming the weights slower than this means other work holds the cores: the timing stops there
+# (beside another two-thread job a pass was measured 50 times slower, so finishing it could take a minute).
+SLOWEST_BYTES_PER_S = 1e9
+
+
+class Busy(Exception):
+    """A timing pass ran slower than SLOWEST_BYTES_PER_S: what it would say is the other work's."""
 
 
 @dataclass
@@ -90,6 +97,9 @@ def time_kernels(modules, packed: dict, rows: list[int]) -> dict:
     import torch.nn.functional as F
 
     weight = modules[0].weight
+    # the slowest believable pass: the weights at SLOWEST_BYTES_PER_S (a quarter second at least: a small
+    # model's pass is mostly call overhead), more for more rows (their arithmetic)
+    limit = max(0.25, sum(m.weight.numel() * m.weight.element_size() for m in modules) / SLOWEST_BYTES_PER_S)
     paths = {"packed": lambda m, x: torch.ops.mkldnn._linear_pointwise(x, packed[m][0], packed[m][1], "none", [], ""),
              "modules": lambda m, x: F.linear(x, m.weight, m.bias)}
     seconds: dict = {kernel: {} for kernel in KERNELS}
@@ -101,6 +111,8 @@ def time_kernels(modules, packed: dict, rows: list[int]) -> dict:
             for repeat in range(REPEATS + 1):
                 for kernel in KERNELS:
                     elapsed = _pass_seconds(paths[kernel], modules, inputs)
+                    if elapsed > limit * max(1.0, n / 8):
+                        raise Busy(f"a pass of {kernel} at {n} rows took {elapsed:.2f} s")
                     best[kernel] = min(best[kernel], elapsed) if repeat else best[kernel]
             for kernel in KERNELS:
                 seconds[kernel][str(n)] = round(best[kernel], 6)
@@ -156,7 +168,10 @@ def choose(modules, packed: dict, setting: str, rows_hint: int) -> KernelChoice:
     entry = _remembered(path, key)
     if entry is not None:
         return KernelChoice(entry["kernel"], "remembered", entry.get("seconds", {}), cpu_model())
-    rounds = [time_kernels(modules, packed, rows) for _ in range(2)]
+    try:
+        rounds = [time_kernels(modules, packed, rows) for _ in range(2)]
+    except Busy as busy:
+        return KernelChoice("packed", f"not measured, the machine is busy ({busy})", machine=cpu_model())
     winners = {faster(seconds) for seconds in rounds}
     seconds = {k: {n: min(r[k][n] for r in rounds) for n in rounds[0][k]} for k in KERNELS}
     load = os.getloadavg()[0]
