@@ -10,7 +10,7 @@ Usage: python benchmarks/engine_profile.py [--questions 16] [--batch-size 8] [--
                                           [--threads 2] [--model-dir DIR] [--device cpu|cuda]
                                           [--dtype float32|bfloat16|float16] [--random-init SHAPE]
                                           [--attention fast|eager] [--cuda-graphs]
-                                          [--kernels default|fused|modules] [--cpu-kernels auto|packed|modules]
+                                          [--kernels default|fused|modules] [--cpu-kernels auto|packed|mkl|modules]
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, threads: int = 2) -> No
     parser.add_argument("--kernels", choices=["default", "fused", "modules"], default="default",
                         help="the fast path's layers: fused products and fewer kernels, or the model's modules "
                              "one by one (default: fused on a GPU, modules on the CPU)")
-    parser.add_argument("--cpu-kernels", choices=["auto", "packed", "modules"], default="auto",
-                        help="the fast path's linear kernel on the CPU (model.cpu_kernels; auto: the faster on this "
-                             "machine, timed at load and remembered)")
+    parser.add_argument("--cpu-kernels", choices=["auto", "packed", "mkl", "modules"], default="auto",
+                        help="the fast path's linear kernel on the CPU (model.cpu_kernels; auto: the fastest on "
+                             "this machine, timed at load and remembered)")
 
 
 def require_model(model_dir: Path) -> None:

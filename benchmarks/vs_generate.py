@@ -25,7 +25,7 @@ Usage: python benchmarks/vs_generate.py [--method wo-rag|sr-rag] [--questions 32
                                         [--dtype float32|bfloat16|float16] [--random-init llama-2-7b]
                                         [--attention fast|eager] [--cuda-graphs] [--max-new-tokens 100]
                                         [--extras none|dragin] [--kernels default|fused|modules]
-                                        [--cpu-kernels auto|packed|modules]
+                                        [--cpu-kernels auto|packed|mkl|modules]
                                         [--modes engine generate]
 """
 

@@ -23,32 +23,56 @@ def choices(tmp_path, monkeypatch):
     return path
 
 
-def test_the_faster_kernel_is_chosen_and_packed_keeps_a_near_tie():
+def test_the_fastest_kernel_is_chosen_and_packed_keeps_a_near_tie():
     assert cpu_kernels.faster({"packed": {"1": 1.0, "8": 2.0}, "modules": {"1": 0.5, "8": 1.0}}) == "modules"
     assert cpu_kernels.faster({"packed": {"1": 1.0, "8": 2.0}, "modules": {"1": 1.0, "8": 1.8}}) == "packed"  # 95 %
     assert cpu_kernels.faster({"packed": {"8": 1.0}, "modules": {"8": 2.0}}) == "packed"
+    three = {"packed": {"1": 1.0, "8": 2.0}, "mkl": {"1": 0.7, "8": 1.4}, "modules": {"1": 0.7, "8": 2.2}}
+    assert cpu_kernels.faster(three) == "mkl"
+    assert cpu_kernels.faster({"mkl": {"8": 1.0}, "modules": {"8": 0.99}}) == "modules"  # no packed: the fastest
 
 
-def test_auto_times_both_kernels_on_the_model_and_records_the_choice(lively_dir, choices):
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="this torch build has no MKL")
+def test_mkl_pads_a_few_rows_to_its_packed_count_and_each_row_is_its_own():
+    """MKL's packed GEMM at fewer rows than it was packed for: zero rows fill the product, and a row's result
+    is the one it gets in a full batch (the other rows' values do not enter it)."""
+    layer = torch.nn.Linear(40, 24)
+    run = cpu_kernels.runner("mkl", 8)
+    (weight,) = cpu_kernels.pack("mkl", [layer], 8).values()
+    full = torch.randn(8, 1, 40)
+    with torch.inference_mode():
+        batch = run(layer, weight, full)
+        for rows in (2, 3, 5, 7):
+            alone = run(layer, weight, full[:rows])
+            assert alone.shape == (rows, 1, 24) and torch.equal(alone, batch[:rows])
+        for rows in (1, 9, 30):  # one row, and more than packed: MKL's plain GEMM on the layer's weight
+            x = torch.randn(rows, 40)
+            torch.testing.assert_close(run(layer, weight, x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+        assert torch.equal(run(layer, weight, full[:1]), torch.nn.functional.linear(full[:1], layer.weight, layer.bias))
+
+
+def test_auto_times_every_kernel_on_the_model_and_records_the_choice(lively_dir, choices):
     lm = HFModel(lively_dir, batch_size=3)
     choice = lm.kernel_choice
     assert choice["how"].startswith("measured") and choice["kernel"] in cpu_kernels.KERNELS
-    assert set(choice["seconds"]) == set(cpu_kernels.KERNELS)
+    assert set(choice["seconds"]) == set(cpu_kernels.available(torch.float32, 3))
+    assert set(choice["seconds"]) >= {"packed", "modules"}
     assert set(choice["seconds"]["packed"]) == {"1", "3"}  # one row (a call's tail) and the batch size
     assert all(s > 0 for by_rows in choice["seconds"].values() for s in by_rows.values())
-    assert bool(lm.decoder.packed) == (choice["kernel"] == "packed")
-    assert lm.identity().get("cpu_kernels") == ("modules" if choice["kernel"] == "modules" else None)
+    assert bool(lm.decoder.packed) == (choice["kernel"] != "modules")
+    assert lm.identity().get("cpu_kernels") == (None if choice["kernel"] == "packed" else choice["kernel"])
 
 
-def timings(packed: float, modules: float) -> dict:
-    return {"packed": {"1": packed, "3": packed}, "modules": {"1": modules, "3": modules}}
+def timings(packed: float, modules: float, mkl: float | None = None) -> dict:
+    by_kernel = {"packed": packed, "modules": modules, "mkl": packed if mkl is None else mkl}
+    return {kernel: {"1": t, "3": t} for kernel, t in by_kernel.items()}
 
 
 @pytest.fixture
 def scripted(monkeypatch):
     """Timing rounds and load average as the test says (the real timing is the test above's)."""
     state = {"rounds": [], "load": 0.0}
-    monkeypatch.setattr(cpu_kernels, "time_kernels", lambda modules, packed, rows: state["rounds"].pop(0))
+    monkeypatch.setattr(cpu_kernels, "time_kernels", lambda modules, packs, rows, hint: state["rounds"].pop(0))
     monkeypatch.setattr(cpu_kernels.os, "getloadavg", lambda: (state["load"], 0.0, 0.0))
     return state
 
@@ -81,18 +105,18 @@ def test_a_busy_machine_or_rounds_that_disagree_are_not_remembered(lively_dir, c
 
 
 def test_a_remembered_choice_is_what_the_model_runs(lively_dir, choices):
-    key, _ = cpu_kernels.choice_key(list(HFModel(lively_dir, batch_size=3, cpu_kernels="packed").decoder.packed),
+    key, _ = cpu_kernels.choice_key(HFModel(lively_dir, batch_size=3, cpu_kernels="packed").decoder.products(),
                                     [1, 3])
     choices.parent.mkdir()
-    for kernel in cpu_kernels.KERNELS:
+    for kernel in cpu_kernels.available(torch.float32, 3):
         choices.write_text(json.dumps({key: {"kernel": kernel, "seconds": {}}}))
         lm = HFModel(lively_dir, batch_size=3)
         assert lm.kernel_choice == {"kernel": kernel, "how": "remembered", "machine": lm.kernel_choice["machine"]}
-        assert bool(lm.decoder.packed) == (kernel == "packed")
+        assert bool(lm.decoder.packed) == (kernel != "modules")
 
 
 def test_a_pass_slower_than_the_weights_allow_stops_the_timing_and_keeps_packed(lively_dir, choices, monkeypatch):
-    monkeypatch.setattr(cpu_kernels, "_pass_seconds", lambda run, modules, inputs: 30.0)  # other work holds the cores
+    monkeypatch.setattr(cpu_kernels, "_pass_seconds", lambda run, modules, packed, inputs: 30.0)  # other work holds the cores
     lm = HFModel(lively_dir, batch_size=3)
     assert lm.kernel_choice["kernel"] == "packed" and lm.decoder.packed
     assert lm.kernel_choice["how"].startswith("not measured, the machine is busy (a pass of")
@@ -114,18 +138,19 @@ def test_an_unreadable_or_unwritable_choices_file_only_means_measuring_again(liv
         choices.parent.chmod(0o700)
 
 
-def test_a_setting_skips_the_timing_and_both_kernels_give_the_eager_outputs(lively_dir, choices):
-    packed = HFModel(lively_dir, batch_size=3, cpu_kernels="packed")
-    modules = HFModel(lively_dir, batch_size=3, cpu_kernels="modules")
+def test_a_setting_skips_the_timing_and_every_kernel_gives_the_eager_outputs(lively_dir, choices):
     eager = HFModel(lively_dir, batch_size=3, attention="eager")
-    assert packed.kernel_choice == {"kernel": "packed", "how": "setting", "machine": packed.kernel_choice["machine"]}
-    assert modules.kernel_choice["kernel"] == "modules" and not modules.decoder.packed
-    assert not choices.exists()  # nothing timed, nothing remembered
-    assert "cpu_kernels" not in packed.identity() and modules.identity()["cpu_kernels"] == "modules"
     batch = prompts()
     reference = eager.generate(batch, 8)
-    assert_same(packed.generate(batch, 8), reference)
-    assert_same(modules.generate(batch, 8), reference)
+    for kernel in cpu_kernels.available(torch.float32, 3):
+        for fused in (False, True):  # fused q|k|v and gate|up products run through the kernel too
+            lm = HFModel(lively_dir, batch_size=3, cpu_kernels=kernel, fused_kernels=fused)
+            assert lm.kernel_choice == {"kernel": kernel, "how": "setting", "machine": lm.kernel_choice["machine"]}
+            assert bool(lm.decoder.packed) == (kernel != "modules")
+            assert set(lm.decoder.packed) <= set(lm.decoder.products())
+            assert lm.identity().get("cpu_kernels") == (None if kernel == "packed" else kernel)
+            assert_same(lm.generate(batch, 8), reference)
+    assert not choices.exists()  # nothing timed, nothing remembered
 
 
 def test_model_cpu_kernels_is_checked_and_reaches_the_run_key():

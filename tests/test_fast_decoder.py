@@ -324,13 +324,13 @@ def test_fused_layers_hold_the_weights_once_and_leave_the_model_as_it_was(lively
     layer = decoder.layers[0]
     fused = decoder._fused[layer]
     attention = layer.self_attn
-    assert attention.k_proj.weight.untyped_storage().data_ptr() == fused.qkv_weight.untyped_storage().data_ptr()
-    assert torch.equal(fused.qkv_weight, torch.cat([attention.q_proj.weight, attention.k_proj.weight,
+    assert attention.k_proj.weight.untyped_storage().data_ptr() == fused.qkv.weight.untyped_storage().data_ptr()
+    assert torch.equal(fused.qkv.weight, torch.cat([attention.q_proj.weight, attention.k_proj.weight,
                                                     attention.v_proj.weight]))
-    assert FastDecoder(lm.model, fused=True)._fused[layer].qkv_weight is fused.qkv_weight  # fused once per model
-    if torch.backends.mkldnn.is_available():  # the CPU's packed copies: only of the layers read module by module
+    assert FastDecoder(lm.model, fused=True)._fused[layer].qkv is fused.qkv  # fused once per model
+    if torch.backends.mkldnn.is_available():  # the CPU's packed copies: of the products a step reads
         assert attention.q_proj not in decoder.packed and layer.mlp.up_proj not in decoder.packed
-        assert attention.o_proj in decoder.packed and layer.mlp.down_proj in decoder.packed
+        assert {fused.qkv, fused.gate_up, attention.o_proj, layer.mlp.down_proj} <= set(decoder.packed)
     with torch.inference_mode():
         assert torch.equal(lm.model(input_ids=ids).logits, before)
     distinct = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in lm.model.parameters()}

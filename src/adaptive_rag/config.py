@@ -56,7 +56,8 @@ class ModelConfig:
     # decodes without skip_special_tokens, so "<|im_start|>" after an end of turn is fed back)
     special_tokens: str = "skip"
     # the fast path's linear kernel on the CPU: auto (timed at load, remembered per machine) | packed
-    # (oneDNN's inner product on packed weights) | modules (torch.nn.functional.linear): lm.cpu_kernels
+    # (oneDNN's inner product on packed weights) | mkl (MKL's GEMM on weights packed for the batch's rows) |
+    # modules (torch.nn.functional.linear): lm.cpu_kernels
     cpu_kernels: str = "auto"
 
     def key(self) -> dict:
@@ -603,7 +604,7 @@ def _model(s: Section) -> ModelConfig:
         cuda_graphs=s.bool("cuda_graphs", False),
         architecture=s.str("architecture", ARCHITECTURES[0], ARCHITECTURES),
         special_tokens=s.str("special_tokens", "skip", ("skip", "keep")),
-        cpu_kernels=s.str("cpu_kernels", "auto", ("auto", "packed", "modules")),
+        cpu_kernels=s.str("cpu_kernels", "auto", ("auto", "packed", "mkl", "modules")),
     )
     if cfg.special_tokens == "keep" and (backend != "hf" or cfg.architecture != "causal" or cfg.attention != "eager"):
         raise s.fail("special_tokens", "keep decodes special tokens in the hf backend's eager path; set "

@@ -1,26 +1,32 @@
 """Which kernel runs the fast path's linear layers on this CPU: timed at load, remembered per machine.
 
-Two paths compute a linear layer on the CPU: oneDNN's inner product on a weight packed once for it
-(`packed`), and `torch.nn.functional.linear`, MKL's GEMM on the module's own weight (`modules`). Which is
-faster depends on the machine: on the AVX-512 Xeon the demo was timed on, packed runs a decode step's
-products about twice as fast at 8 rows; MKL's and oneDNN's code paths differ by vendor and ISA (an AMD
-EPYC, an AVX2-only laptop), so a choice made on one CPU is a guess on another. `model.cpu_kernels: auto`
-(the default) times both over the model's own linear layers, in the order a step reads them, at the run's
-row counts (1 and the batch size: the tail of a call and its full steps), and keeps the faster; packed
-keeps the tie (within `MARGIN`), so a choice does not flip between runs on timing noise. The choice is
-remembered in a small file per machine (`choices_path()`), keyed by what decides it (CPU, ISA in use and
-forced-ISA settings, torch and oneDNN builds, threads, dtype, rows, the layers' shapes), so each machine
-measures once. Timings taken while other work holds the cores say little (two processes of two
-threads on two cores can slow a pass 50-fold), so the timing runs twice and a choice is remembered only
-when both rounds agree and the machine's load average was under its core count; otherwise this run
-keeps the packed kernel (if the rounds disagree) or its measured choice, and the next load measures again.
-A remembered choice can be measured again by deleting the file, or skipped by setting
-`model.cpu_kernels` outright.
+Three paths compute a linear layer on the CPU: oneDNN's inner product on a weight packed once for it
+(`packed`); MKL's GEMM on a weight packed once for the batch's row count (`mkl`: `cblas_sgemm_compute`
+through `torch.ops.mkl._mkl_linear`, which runs MKL's ordinary GEMM on the module's weight at any other
+row count: one row, a prompt's prefill, a call's last rows); and `torch.nn.functional.linear`, MKL's GEMM
+on the module's own weight (`modules`). Which is fastest depends on the machine and the row count: on
+the AVX-512 Xeon the demo is timed on, at 8 rows packed and mkl stream the weights about 1.4 times as
+fast as modules, and at one row modules and mkl (the same GEMM there) take about 70 % of packed's time;
+with AVX2 only, packed loses more at 8 rows. MKL's and oneDNN's code paths differ by vendor and ISA (an
+AMD EPYC, an AVX2-only laptop), so a choice made on one CPU is a guess on another. `model.cpu_kernels:
+auto` (the default) times them over the model's own linear layers, in the order a step reads them, at
+the run's row counts (1 and the batch size: the tail of a call and its full steps), and keeps the
+fastest by the sum; packed keeps a near tie (within `MARGIN`), so a choice does not flip between runs on
+timing noise. The choice is remembered in a small file per machine (`choices_path()`), keyed by what
+decides it (CPU, ISA in use and forced-ISA settings, torch, MKL and oneDNN builds, threads, dtype, rows,
+the layers' shapes), so each machine measures once. Timings taken while other work holds the cores say
+little (two processes of two threads on two cores can slow a pass 50-fold), so the timing runs twice
+and a choice is remembered only when both rounds agree and the machine's load average was under its
+core count; otherwise this run keeps the packed kernel (if the rounds disagree) or its measured choice,
+and the next load measures again. A remembered choice can be measured again by deleting the file, or
+skipped by setting `model.cpu_kernels` outright. The timing packs every candidate's weights at once, so
+it reads the layers in reading order up to `TIMED_BYTES` of weights (all of a small model's; the first
+layers of a 7B one): enough to leave every cache, without a large model's weights held four times.
 
-The two paths add the same products in different orders, so their results can differ in the last bits
-(float32) and a greedy token can in principle flip: `modules` is part of the model's identity (the
-call cache keys on it), packed is not (it was the only CPU path before the choice existed). Every run's
-provenance records the choice, how it was made and the timings.
+The paths add the same products in different orders, so their results can differ in the last bits
+(float32) and a greedy token can in principle flip: `mkl` and `modules` are part of the model's
+identity (the call cache keys on them), packed is not (it was the only CPU path before the choice
+existed). Every run's provenance records the choice, how it was made and the timings.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
-KERNELS = ("packed", "modules")
+KERNELS = ("packed", "mkl", "modules")
 SETTINGS = ("auto", *KERNELS)
-MARGIN = 0.9  # `modules` is chosen only when it takes under 90 % of packed's time
+MARGIN = 0.9  # another kernel is chosen over packed only when it takes under 90 % of packed's time
 REPEATS = 3  # timed passes per candidate and row count (after one untimed pass); the fastest counts
+TIMED_BYTES = 1.5e9  # the weights a timing reads (in reading order): every layer of a model up to this
 # A pass streaming the weights slower than this means other work holds the cores: the timing stops there
 # (beside another two-thread job a pass was measured 50 times slower, so finishing it could take a minute).
 SLOWEST_BYTES_PER_S = 1e9
@@ -49,11 +57,11 @@ class Busy(Exception):
 class KernelChoice:
     """What runs the linear layers, and why."""
 
-    kernel: str  # packed | modules
+    kernel: str  # packed | mkl | modules
     # setting (model.cpu_kernels named it) | measured | measured, not remembered (busy machine or rounds that
-    # disagreed) | remembered | unavailable (no packed kernel)
+    # disagreed) | remembered | unavailable (no packed kernel in this torch build, or not the named one)
     how: str
-    seconds: dict = field(default_factory=dict)  # kernel -> {rows: seconds of one pass over every linear layer}
+    seconds: dict = field(default_factory=dict)  # kernel -> {rows: seconds of one pass over the timed layers}
     machine: str = ""
 
     def record(self) -> dict:
@@ -82,46 +90,146 @@ def choice_key(modules, rows: list[int]) -> tuple[str, dict]:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16], facts
 
 
-def _pass_seconds(run, modules, inputs) -> float:
+def _probe(kernel: str, dtype, rows_hint: int) -> bool:
+    """Whether `kernel`'s operators exist in this torch build and give `torch.nn.functional.linear`'s
+    results (within rounding) on a small layer at the packed row count and another."""
+    import torch
+
+    probe = torch.nn.Linear(64, 48, dtype=dtype)
+    try:
+        with torch.inference_mode():
+            weight = _pack_one(kernel, probe.weight, rows_hint)
+            run = runner(kernel, rows_hint)
+            for rows in {rows_hint, rows_hint + 2}:
+                x = torch.randn(rows, 5, 64, dtype=dtype)
+                got, expected = run(probe, weight, x), torch.nn.functional.linear(x, probe.weight, probe.bias)
+                tolerance = 1e-4 if dtype == torch.float32 else 5e-2
+                if got.shape != expected.shape or not torch.allclose(got.float(), expected.float(), atol=tolerance,
+                                                                     rtol=tolerance):
+                    return False
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def available(dtype, rows_hint: int) -> list[str]:
+    """The kernels this torch build can run for a model of `dtype` (packed: float32 and bfloat16 with
+    oneDNN; mkl: float32 with MKL), modules always."""
+    import torch
+
+    found = []
+    if dtype in (torch.float32, torch.bfloat16) and torch.backends.mkldnn.is_available() \
+            and _probe("packed", dtype, rows_hint):
+        found.append("packed")
+    if dtype == torch.float32 and torch.backends.mkl.is_available() and _probe("mkl", dtype, rows_hint):
+        found.append("mkl")
+    return [*found, "modules"]
+
+
+def _pack_one(kernel: str, weight, rows_hint: int):
+    import torch
+
+    if kernel == "packed":
+        return torch.ops.mkldnn._reorder_linear_weight(weight, rows_hint)
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight, rows_hint)
+
+
+def pack(kernel: str, modules, rows_hint: int, done: dict | None = None) -> dict:
+    """{module: its weight packed for `kernel`} ({} for modules, which reads the module's own weight);
+    `done` holds weights already packed (the timing's), reused."""
+    import torch
+
+    if kernel == "modules":
+        return {}
+    done = done or {}
+    with torch.inference_mode():
+        return {m: done[m] if m in done else _pack_one(kernel, m.weight, rows_hint) for m in modules}
+
+
+def runner(kernel: str, rows_hint: int):
+    """run(module, packed weight, x) -> module(x) through `kernel`."""
+    import torch
+    import torch.nn.functional as F
+
+    if kernel == "packed":
+        return lambda m, w, x: torch.ops.mkldnn._linear_pointwise(x, w, m.bias, "none", [], "")
+    if kernel == "mkl":
+        return partial(_mkl, rows_hint)
+    return lambda m, w, x: F.linear(x, m.weight, m.bias)
+
+
+def _mkl(rows_hint: int, m, w, x):
+    """MKL's packed GEMM runs exactly `rows_hint` rows (`_mkl_linear` runs MKL's plain GEMM on m.weight at
+    any other count). A step with fewer rows (a call's last steps, a short prompt) is padded with zero
+    rows to `rows_hint` where it has at least a quarter of them: the packed product of 8 rows reads the
+    weights once, as fast as the plain GEMM's single row and about 1.4 times as fast as its 2 to 7 rows
+    (measured on the Xeon under AVX2 and AVX-512), and each row's result does not depend on the others'.
+    One row keeps the plain GEMM (a matrix-vector product, faster still)."""
+    import torch
+
+    rows = x.numel() // x.shape[-1]
+    if 1 < rows < rows_hint and 4 * rows >= rows_hint:
+        padded = x.new_zeros(rows_hint, x.shape[-1])
+        padded[:rows] = x.reshape(rows, -1)
+        out = torch.ops.mkl._mkl_linear(padded, w, m.weight, m.bias, rows_hint)
+        return out[:rows].view(*x.shape[:-1], out.shape[-1])
+    return torch.ops.mkl._mkl_linear(x, w, m.weight, m.bias, rows_hint)
+
+
+def _pass_seconds(run, modules, packed: dict, inputs) -> float:
     start = time.perf_counter()
     for module in modules:
-        run(module, inputs[module.weight.shape[1]])
+        run(module, packed.get(module), inputs[module.weight.shape[1]])
     return time.perf_counter() - start
 
 
-def time_kernels(modules, packed: dict, rows: list[int]) -> dict:
-    """kernel -> {rows: seconds of one pass over every linear layer} (inputs of `rows` random rows): the
-    fastest of REPEATS passes after an untimed one, the kernels' passes interleaved so that both see the
-    same machine (other work on shared cores slows whichever runs during it)."""
+def time_kernels(modules, packs: dict, rows: list[int], rows_hint: int) -> dict:
+    """kernel -> {rows: seconds of one pass over `modules`} (inputs of `rows` random rows) for each kernel
+    in `packs` ({kernel: {module: packed weight}}): the fastest of REPEATS passes after an untimed one,
+    the kernels' passes interleaved so that all see the same machine (other work on shared cores slows
+    whichever runs during it)."""
     import torch
-    import torch.nn.functional as F
 
     weight = modules[0].weight
     # the slowest believable pass: the weights at SLOWEST_BYTES_PER_S (a quarter second at least: a small
     # model's pass is mostly call overhead), more for more rows (their arithmetic)
     limit = max(0.25, sum(m.weight.numel() * m.weight.element_size() for m in modules) / SLOWEST_BYTES_PER_S)
-    paths = {"packed": lambda m, x: torch.ops.mkldnn._linear_pointwise(x, packed[m][0], packed[m][1], "none", [], ""),
-             "modules": lambda m, x: F.linear(x, m.weight, m.bias)}
-    seconds: dict = {kernel: {} for kernel in KERNELS}
+    runs = {kernel: runner(kernel, rows_hint) for kernel in packs}
+    seconds: dict = {kernel: {} for kernel in packs}
     generator = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for n in rows:
             inputs = {d: torch.randn(n, d, generator=generator).to(weight.dtype) for d in {m.weight.shape[1] for m in modules}}
-            best = {kernel: float("inf") for kernel in KERNELS}
+            best = {kernel: float("inf") for kernel in packs}
             for repeat in range(REPEATS + 1):
-                for kernel in KERNELS:
-                    elapsed = _pass_seconds(paths[kernel], modules, inputs)
+                for kernel, packed in packs.items():
+                    elapsed = _pass_seconds(runs[kernel], modules, packed, inputs)
                     if elapsed > limit * max(1.0, n / 8):
                         raise Busy(f"a pass of {kernel} at {n} rows took {elapsed:.2f} s")
                     best[kernel] = min(best[kernel], elapsed) if repeat else best[kernel]
-            for kernel in KERNELS:
+            for kernel in packs:
                 seconds[kernel][str(n)] = round(best[kernel], 6)
     return seconds
 
 
 def faster(seconds: dict) -> str:
+    """The kernel with the least time summed over the row counts; packed keeps a near tie (MARGIN)."""
     total = {kernel: sum(by_rows.values()) for kernel, by_rows in seconds.items()}
-    return "modules" if total["modules"] < MARGIN * total["packed"] else "packed"
+    best = min(total, key=total.get)
+    if best != "packed" and "packed" in total and total[best] >= MARGIN * total["packed"]:
+        return "packed"
+    return best
+
+
+def timed_layers(modules) -> list:
+    """The first layers in reading order holding up to TIMED_BYTES of weights (at least one)."""
+    chosen, held = [], 0
+    for module in modules:
+        held += module.weight.numel() * module.weight.element_size()
+        if chosen and held > TIMED_BYTES:
+            break
+        chosen.append(module)
+    return chosen
 
 
 def _remembered(path: Path, key: str) -> dict | None:
@@ -151,35 +259,48 @@ def _remember(path: Path, key: str, entry: dict) -> None:
         pass
 
 
-def choose(modules, packed: dict, setting: str, rows_hint: int) -> KernelChoice:
-    """The kernel for `modules` (the model's linear layers, in reading order) given `packed` (their
-    packed weights; {} where oneDNN's kernel is unavailable) and `model.cpu_kernels`."""
+def choose(modules, setting: str, rows_hint: int) -> tuple[KernelChoice, dict]:
+    """The kernel for `modules` (the model's linear layers or fused products, in reading order) under
+    `model.cpu_kernels`, and {module: its packed weight} for it ({} for modules)."""
     from ..hardware import cpu_model
 
     if setting not in SETTINGS:
         raise ValueError(f"model.cpu_kernels must be one of {', '.join(SETTINGS)}; got {setting!r}")
-    if not packed:
-        return KernelChoice("modules", "unavailable" if setting != "modules" else "setting", machine=cpu_model())
+    machine = cpu_model()
+    weight = modules[0].weight
+    kernels = available(weight.dtype, rows_hint) if setting != "modules" else ["modules"]
+    if setting not in ("auto", "modules") and setting not in kernels:
+        return KernelChoice("modules", f"unavailable ({setting} cannot run here)", machine=machine), {}
     if setting != "auto":
-        return KernelChoice(setting, "setting", machine=cpu_model())
+        return KernelChoice(setting, "setting", machine=machine), pack(setting, modules, rows_hint)
+    if kernels == ["modules"]:
+        return KernelChoice("modules", "unavailable", machine=machine), {}
+    fallback = "packed" if "packed" in kernels else kernels[0]
     rows = sorted({1, max(1, rows_hint)})
-    key, _ = choice_key(modules, rows)
+    timed = timed_layers(modules)
+    key, _ = choice_key(timed, rows)
     path = choices_path()
     entry = _remembered(path, key)
-    if entry is not None:
-        return KernelChoice(entry["kernel"], "remembered", entry.get("seconds", {}), cpu_model())
+    if entry is not None and entry["kernel"] in kernels:
+        return (KernelChoice(entry["kernel"], "remembered", entry.get("seconds", {}), machine),
+                pack(entry["kernel"], modules, rows_hint))
+    packs = {kernel: pack(kernel, timed, rows_hint) for kernel in kernels}
     try:
-        rounds = [time_kernels(modules, packed, rows) for _ in range(2)]
+        rounds = [time_kernels(timed, packs, rows, rows_hint) for _ in range(2)]
     except Busy as busy:
-        return KernelChoice("packed", f"not measured, the machine is busy ({busy})", machine=cpu_model())
+        return (KernelChoice(fallback, f"not measured, the machine is busy ({busy})", machine=machine),
+                pack(fallback, modules, rows_hint, packs.get(fallback)))
     winners = {faster(seconds) for seconds in rounds}
-    seconds = {k: {n: min(r[k][n] for r in rounds) for n in rounds[0][k]} for k in KERNELS}
+    seconds = {k: {n: min(r[k][n] for r in rounds) for n in rounds[0][k]} for k in rounds[0]}
     load = os.getloadavg()[0]
     if len(winners) > 1:
-        return KernelChoice("packed", "measured, not remembered (the two rounds disagreed)", seconds, cpu_model())
+        return (KernelChoice(fallback, "measured, not remembered (the two rounds disagreed)", seconds, machine),
+                pack(fallback, modules, rows_hint, packs.get(fallback)))
     kernel = winners.pop()
+    packed = pack(kernel, modules, rows_hint, packs.get(kernel))
+    del packs
     if load >= (os.cpu_count() or 1):
-        return KernelChoice(kernel, f"measured, not remembered (load average {load:.1f})", seconds, cpu_model())
-    _remember(path, key, {"kernel": kernel, "seconds": seconds, "machine": cpu_model(),
+        return KernelChoice(kernel, f"measured, not remembered (load average {load:.1f})", seconds, machine), packed
+    _remember(path, key, {"kernel": kernel, "seconds": seconds, "machine": machine,
                           "measured": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average": round(load, 2)})
-    return KernelChoice(kernel, "measured", seconds, cpu_model())
+    return KernelChoice(kernel, "measured", seconds, machine), packed

@@ -109,18 +109,14 @@ class FastDecoder:
         self._fused = {layer: fuse_layer(layer) for layer in self.layers} if self.fused else {}
         self._rms = self.fused and all(is_rms_norm(m) for layer in self.layers
                                        for m in (layer.input_layernorm, layer.post_attention_layernorm))
-        # module -> (packed weight, bias) on the CPU where the packed kernel was chosen (`cpu_kernels`: auto
-        # times it against the modules' own kernel on this machine); empty elsewhere
-        self.packed, self.kernel_choice = {}, None
+        # On the CPU: the linear kernel (`cpu_kernels`: auto times the candidates on this machine) and
+        # {module or fused product: its weight packed for that kernel}; empty elsewhere and for `modules`
+        self.packed, self.kernel_choice, self._run = {}, None, None
         if self.device.type == "cpu":
-            from .cpu_kernels import choose
+            from .cpu_kernels import choose, runner
 
-            fused_away = {m for layer in self._fused for m in (layer.self_attn.q_proj, layer.self_attn.k_proj,
-                                                               layer.self_attn.v_proj, layer.mlp.gate_proj,
-                                                               layer.mlp.up_proj)}
-            packed = packed_linears(model, rows_hint, skip=fused_away) if cpu_kernels != "modules" else {}
-            self.kernel_choice = choose(list(packed), packed, cpu_kernels, rows_hint)
-            self.packed = packed if self.kernel_choice.kernel == "packed" else {}
+            self.kernel_choice, self.packed = choose(self.products(), cpu_kernels, rows_hint)
+            self._run = runner(self.kernel_choice.kernel, rows_hint)
         self.cuda_graphs = cuda_graphs
         self._slots: SlotKV | None = None  # static mode: the slots every call reuses
         self._prefix_keys: list = []  # static mode: [kv heads, capacity, head dim] per layer
@@ -129,6 +125,20 @@ class FastDecoder:
         self._prefix_length = None  # static mode: [1] long tensor, the valid prefix positions
         self._graphs: dict = {}  # (rows, extras) -> (graph, static inputs, static outputs)
         self._pool = None
+
+    def products(self) -> list:
+        """Every matrix product of a forward pass in reading order: per layer its linear modules, with a
+        fused layer's q|k|v and gate|up products in place of theirs, then the head."""
+        import torch
+
+        products = []
+        for layer in self.layers:
+            fused = self._fused.get(layer)
+            replaced = {} if fused is None else {layer.self_attn.q_proj: fused.qkv, layer.mlp.gate_proj: fused.gate_up}
+            skipped = () if fused is None else (layer.self_attn.k_proj, layer.self_attn.v_proj, layer.mlp.up_proj)
+            products += [replaced.get(m, m) for m in layer.modules()
+                         if isinstance(m, torch.nn.Linear) and m not in skipped]
+        return [*products, self.head]
 
     @property
     def num_layers(self) -> int:
@@ -427,14 +437,13 @@ class FastDecoder:
     def _qkv(self, layer, normed, rotation):
         """Queries [b, heads, n, d], keys and values [b, kv heads, n, d] of a normalised input [b, n, hidden]."""
         import torch
-        import torch.nn.functional as F
 
         attention = layer.self_attn
         b, n, _ = normed.shape
         cos, sin = rotation
         fused = self._fused.get(layer)
         if fused is not None:  # one product, queries and keys rotated together
-            qkv = F.linear(normed, fused.qkv_weight, fused.qkv_bias).view(b, n, -1, self.head_dim)
+            qkv = self.linear(fused.qkv, normed).view(b, n, -1, self.head_dim)
             heads, both = self.heads, self.heads + self.kv_heads
             qk = qkv[:, :, :both]
             if hasattr(attention, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
@@ -452,14 +461,12 @@ class FastDecoder:
 
     def _rest_of_layer(self, layer, hidden, attended):
         """Output projection and residual, then the MLP block; (the layer's output, the MLP's output)."""
-        import torch.nn.functional as F
-
         b, heads, n, d = attended.shape
         hidden = hidden + self.linear(layer.self_attn.o_proj, attended.transpose(1, 2).reshape(b, n, heads * d))
         mlp, normed = layer.mlp, self._norm(layer.post_attention_layernorm, hidden)
         fused = self._fused.get(layer)
         if fused is not None:
-            gate_up = F.linear(normed, fused.gate_up_weight, fused.gate_up_bias)
+            gate_up = self.linear(fused.gate_up, normed)
             inner = mlp.act_fn(gate_up[..., :fused.intermediate]) * gate_up[..., fused.intermediate:]
         else:
             inner = mlp.act_fn(self.linear(mlp.gate_proj, normed)) * self.linear(mlp.up_proj, normed)
@@ -467,45 +474,17 @@ class FastDecoder:
         return hidden + mlp_out, mlp_out
 
     def linear(self, module, x):
-        """`module(x)` for a linear layer, through its packed weight where there is one (not while
-        gradients are recorded: the packed kernel has no backward)."""
+        """`module(x)` for a linear layer or fused product, through the CPU kernel's packed weight where
+        there is one (not while gradients are recorded: the packed kernels have no backward)."""
         import torch
 
         packed = self.packed.get(module)
         if packed is None or torch.is_grad_enabled():
             return module(x)
-        return torch.ops.mkldnn._linear_pointwise(x, packed[0], packed[1], "none", [], "")
+        return self._run(module, packed, x)
 
     def _logits(self, normed):
         return self.linear(self.head, normed).float()
-
-
-def packed_linears(model, rows_hint: int, skip: set = frozenset()) -> dict:
-    """Every linear layer of `model` (a float32 or bfloat16 model on the CPU) but those in `skip` (the
-    fused ones, read through their fused matrix) with its weight packed for oneDNN's inner product,
-    {module: (packed weight, bias)}; {} where the kernel is unavailable or its output differs from
-    `torch.nn.functional.linear` on a probe by more than rounding."""
-    import torch
-
-    parameter = next(model.parameters())
-    if parameter.dtype not in (torch.float32, torch.bfloat16) or not torch.backends.mkldnn.is_available():
-        return {}
-    ops = torch.ops.mkldnn
-    try:
-        probe = torch.nn.Linear(64, 48, dtype=parameter.dtype)
-        x = torch.randn(3, 5, 64, dtype=parameter.dtype)
-        with torch.inference_mode():
-            packed = ops._reorder_linear_weight(probe.weight, rows_hint)
-            got = ops._linear_pointwise(x, packed, probe.bias, "none", [], "")
-            expected = torch.nn.functional.linear(x, probe.weight, probe.bias)
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return {}
-    tolerance = 1e-4 if parameter.dtype == torch.float32 else 5e-2
-    if got.shape != expected.shape or not torch.allclose(got.float(), expected.float(), atol=tolerance, rtol=tolerance):
-        return {}
-    with torch.inference_mode():
-        return {module: (ops._reorder_linear_weight(module.weight, rows_hint), module.bias)
-                for module in model.modules() if isinstance(module, torch.nn.Linear) and module not in skip}
 
 
 def cascade_attention(q, prefix_k, prefix_v, own_k, own_v, own_bias, scaling: float, keep_probs: bool,

@@ -18,20 +18,18 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-# first module of a fused group -> the group's (weight, bias), so a second decoder over the same model
+# first module of a fused group -> the group's product, so a second decoder over the same model
 # reuses the matrix the first one made instead of stacking views of it again
 _FUSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 @dataclass
 class FusedLayer:
-    """The fused weights of one decoder layer: q|k|v rows and gate|up rows (biases where the model has
+    """The fused products of one decoder layer: q|k|v rows and gate|up rows (biases where the model has
     them, as Qwen2's q/k/v)."""
 
-    qkv_weight: object
-    qkv_bias: object | None
-    gate_up_weight: object
-    gate_up_bias: object | None
+    qkv: object  # a torch.nn.Linear over the q|k|v rows (no parameters of its own: views of the model's)
+    gate_up: object  # the same over gate|up
     intermediate: int  # rows of gate (= of up)
 
 
@@ -39,12 +37,13 @@ def fuse_layer(layer) -> FusedLayer:
     attention, mlp = layer.self_attn, layer.mlp
     qkv = fuse_linears((attention.q_proj, attention.k_proj, attention.v_proj))
     gate_up = fuse_linears((mlp.gate_proj, mlp.up_proj))
-    return FusedLayer(*qkv, *gate_up, mlp.gate_proj.out_features)
+    return FusedLayer(qkv, gate_up, mlp.gate_proj.out_features)
 
 
-def fuse_linears(modules: tuple) -> tuple:
-    """(weight, bias) of `modules` stacked by output rows; every module's weight (and bias) is made a view
-    of its rows of the stacked matrix, so nothing is held twice."""
+def fuse_linears(modules: tuple):
+    """One `torch.nn.Linear` whose weight (and bias) are `modules`' stacked by output rows; every module's
+    weight (and bias) is made a view of its rows of the stacked matrix, so nothing is held twice. A
+    Linear, so the CPU's kernel choice and packing (`cpu_kernels`) treat it as any other layer."""
     import torch
 
     held = _FUSED.get(modules[0])
@@ -62,8 +61,13 @@ def fuse_linears(modules: tuple) -> tuple:
             if m.bias is not None:
                 m.bias = torch.nn.Parameter(bias[start:end], requires_grad=m.bias.requires_grad)
             start = end
-    _FUSED[modules[0]] = (weight, bias)
-    return weight, bias
+        product = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta",
+                                  dtype=weight.dtype)
+        product.weight = torch.nn.Parameter(weight, requires_grad=False)
+        if bias is not None:
+            product.bias = torch.nn.Parameter(bias, requires_grad=False)
+    _FUSED[modules[0]] = product
+    return product
 
 
 def is_rms_norm(module) -> bool:

@@ -53,7 +53,7 @@ class HFModel:
         `keep` writes the special tokens a continuation generates into its text and token texts, as a
         decoder without `skip_special_tokens` does; a final end-of-sequence token is then one of its
         tokens, with its probability (`rows.RowState.take`). `cpu_kernels`: the fast path's linear kernel
-        on the CPU (`model.cpu_kernels`: auto | packed | modules; `lm.cpu_kernels`)."""
+        on the CPU (`model.cpu_kernels`: auto | packed | mkl | modules; `lm.cpu_kernels`)."""
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -114,7 +114,7 @@ class HFModel:
                 **({"cuda_graphs": True} if self.cuda_graphs else {}),
                 **({} if self.skip_special else {"special_tokens": "keep"}),
                 **({"kernels": "fused"} if self.decoder is not None and self.decoder.fused else {}),
-                **({"cpu_kernels": "modules"} if (self.kernel_choice or {}).get("kernel") == "modules" else {})}
+                **({"cpu_kernels": kernel} if (kernel := (self.kernel_choice or {}).get("kernel", "packed")) != "packed" else {})}
 
     @property
     def kernel_choice(self) -> dict | None:
