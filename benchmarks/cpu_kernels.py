@@ -1,16 +1,18 @@
-"""The fast path's two CPU linear kernels on this machine: their speed per row count, and the greedy outputs.
+"""The fast path's CPU linear kernels on this machine: their speed per row count, and the greedy outputs.
 
-`model.cpu_kernels: auto` chooses between oneDNN's inner product on packed weights (`packed`) and
-`torch.nn.functional.linear` on the modules' weights (`modules`, MKL's GEMM) by timing them when the
-model loads (`adaptive_rag.lm.cpu_kernels`). This prints what that choice sees, at more row counts: the
-seconds of one pass over every linear layer of the model (what a decode step's products cost), the
-weight bytes streamed per second and the arithmetic rate; then the first N demo questions (wo-RAG
-prompts, greedy, batch B, at most 100 new tokens) generated with each kernel, timed, and how many outputs
-equal the packed kernel's. Run it with `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+`model.cpu_kernels: auto` chooses among oneDNN's inner product on packed weights (`packed`), MKL's GEMM
+on weights packed for the batch's rows (`mkl`) and `torch.nn.functional.linear` on the modules' weights
+(`modules`, MKL's plain GEMM) by timing them when the model loads (`adaptive_rag.lm.cpu_kernels`). This
+prints what that choice sees, at more row counts: the seconds of one pass over every linear layer of the
+model (what a decode step's products cost), the weight bytes streamed per second and the arithmetic
+rate; then the first N demo questions (wo-RAG prompts, greedy, batch B, at most 100 new tokens)
+generated with each kernel, timed, and how many outputs equal the packed kernel's. (`mkl` is packed
+for B rows: at another row count it pads up to B rows where it has at least a quarter of them, and runs
+MKL's plain GEMM otherwise.) Run it with `ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
 MKL_ENABLE_INSTRUCTIONS=AVX2` on an AVX-512 machine to see the AVX2 code paths (the machine line says
 which settings were in force).
 
-Usage: python benchmarks/cpu_kernels.py [--questions 32] [--batch-size 8] [--rows 1 8 32] [--threads 2]
+Usage: python benchmarks/cpu_kernels.py [--questions 32] [--batch-size 8] [--rows 1 4 8 32] [--threads 2]
                                         [--model-dir DIR] [--dtype float32|bfloat16] [--random-init SHAPE]
 """
 
@@ -27,7 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 8, 32])
     parser.add_argument("--max-new-tokens", type=int, default=100)
     add_model_arguments(parser)
     args = parser.parse_args()
@@ -35,18 +37,21 @@ def main() -> None:
 
     import torch
 
-    from adaptive_rag.lm.cpu_kernels import KERNELS, time_kernels
+    from adaptive_rag.lm.cpu_kernels import available, pack, time_kernels
     from adaptive_rag.prompts.fewshot import STOP_STRINGS
 
     loaded = load_model(args, "eager")
     packed_lm = engine(args, args.batch_size, loaded=loaded, cpu_kernels="packed")
-    packed = packed_lm.decoder.packed
-    if not packed:
+    modules = packed_lm.decoder.products()
+    kernels = available(modules[0].weight.dtype, args.batch_size)
+    if "packed" not in kernels:
         raise SystemExit("error: oneDNN's packed kernel is unavailable in this torch build; nothing to compare")
-    modules = list(packed)
     weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in modules)
     flops_per_row = 2 * sum(m.weight.numel() for m in modules)
-    seconds = time_kernels(modules, packed, args.rows)
+    packs = {kernel: packed_lm.decoder.packed if kernel == "packed" else pack(kernel, modules, args.batch_size)
+             for kernel in kernels}
+    seconds = time_kernels(modules, packs, args.rows, args.batch_size)
+    del packs
 
     print(f"\n{model_name(args)} {args.dtype}, {len(modules)} linear layers ({weight_bytes / 1e9:.2f} GB of weights), "
           f"{args.threads} threads")
@@ -54,7 +59,7 @@ def main() -> None:
     print("| rows | kernel | ms per pass over every linear layer | weights GB/s | GFLOP/s | vs packed |")
     print("|--:|---|--:|--:|--:|--:|")
     for rows in args.rows:
-        for kernel in KERNELS:
+        for kernel in kernels:
             s = seconds[kernel][str(rows)]
             ratio = s / seconds["packed"][str(rows)]
             print(f"| {rows} | {kernel} | {1e3 * s:.2f} | {weight_bytes / s / 1e9:.1f} | "
@@ -66,7 +71,7 @@ def main() -> None:
     print("| kernel | seconds | generated tokens | tokens/s | same output as packed |")
     print("|---|--:|--:|--:|--:|")
     reference = None
-    for kernel in KERNELS:
+    for kernel in kernels:
         lm = packed_lm if kernel == "packed" else engine(args, args.batch_size, loaded=loaded, cpu_kernels=kernel)
         lm.generate(prompts[:args.batch_size], 2, STOP_STRINGS)  # untimed: the shared prefix, the kernels' first use
         start = time.perf_counter()

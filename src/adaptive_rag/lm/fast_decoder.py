@@ -13,11 +13,12 @@ Why it is built this way:
 - The modules are the model's own (norms, projections, rotary embedding, MLP, head), called in the
   order the model's `forward` calls them, so the weights, rotary scaling and activation are exactly the
   model's; `tests/test_fast_decoder.py` checks every output against the eager path.
-- On the CPU every linear layer runs as oneDNN's inner product on weights packed once for it (the
-  kernel PyTorch's own compiler uses on CPUs; `packed_linears`): at the few rows of a decode step
-  MKL's GEMM reaches about a third of the machine's arithmetic rate, the packed kernel about twice that,
-  at the cost of a second copy of the linear weights. Where the operator is missing or disagrees with
-  `torch.nn.functional.linear` on a probe, the modules run as they are.
+- On the CPU every linear layer (and fused product) runs through the kernel `cpu_kernels` chose for
+  this machine: at the few rows of a decode step MKL's plain GEMM reads the weights at a fraction of
+  the machine's memory bandwidth, and a weight packed once for the kernel (oneDNN's inner product, or
+  MKL's GEMM packed for the batch's rows) reads them up to 1.4 times as fast, at the cost of a second
+  copy of the linear weights. Where no packed kernel runs in this torch build, or its output
+  disagrees with `torch.nn.functional.linear` on a probe, the modules run as they are.
 - With `fused=True` (the default on a CUDA device, where a step is a thousand small kernels) a layer
   makes one q|k|v and one gate|up product (`fused_projections`), rotates queries and keys together,
   normalises with `torch.nn.functional.rms_norm`, and folds the attention's scale and mask into the
