@@ -5,9 +5,9 @@ Three paths compute a linear layer on the CPU: oneDNN's inner product on a weigh
 through `torch.ops.mkl._mkl_linear`, which runs MKL's ordinary GEMM on the module's weight at any other
 row count: one row, a prompt's prefill, a call's last rows); and `torch.nn.functional.linear`, MKL's GEMM
 on the module's own weight (`modules`). Which is fastest depends on the machine and the row count: on
-the AVX-512 Xeon the demo is timed on, at 8 rows packed and mkl stream the weights about 1.4 times as
-fast as modules, and at one row modules and mkl (the same GEMM there) take about 70 % of packed's time;
-with AVX2 only, packed loses more at 8 rows. MKL's and oneDNN's code paths differ by vendor and ISA (an
+the AVX-512 Xeon the demo is timed on, at 8 rows packed and mkl stream the weights 1.2 and 1.4 times as
+fast as modules, and at one row modules and mkl (the same GEMM there) take 70-90 % of packed's time;
+with AVX2 only, packed loses more at 8 rows (docs/performance.md has the table). MKL's and oneDNN's code paths differ by vendor and ISA (an
 AMD EPYC, an AVX2-only laptop), so a choice made on one CPU is a guess on another. `model.cpu_kernels:
 auto` (the default) times them over the model's own linear layers, in the order a step reads them, at
 the run's row counts (1 and the batch size: the tail of a call and its full steps), and keeps the
@@ -92,7 +92,8 @@ def choice_key(modules, rows: list[int]) -> tuple[str, dict]:
 
 def _probe(kernel: str, dtype, rows_hint: int) -> bool:
     """Whether `kernel`'s operators exist in this torch build and give `torch.nn.functional.linear`'s
-    results (within rounding) on a small layer at the packed row count and another."""
+    results (within rounding) on a small layer at the packed row count, one row fewer (mkl: padded) and
+    two more (mkl: the plain GEMM)."""
     import torch
 
     probe = torch.nn.Linear(64, 48, dtype=dtype)
@@ -100,8 +101,8 @@ def _probe(kernel: str, dtype, rows_hint: int) -> bool:
         with torch.inference_mode():
             weight = _pack_one(kernel, probe.weight, rows_hint)
             run = runner(kernel, rows_hint)
-            for rows in {rows_hint, rows_hint + 2}:
-                x = torch.randn(rows, 5, 64, dtype=dtype)
+            for rows in {rows_hint, max(1, rows_hint - 1), rows_hint + 2}:
+                x = torch.randn(rows, 1, 64, dtype=dtype)
                 got, expected = run(probe, weight, x), torch.nn.functional.linear(x, probe.weight, probe.bias)
                 tolerance = 1e-4 if dtype == torch.float32 else 5e-2
                 if got.shape != expected.shape or not torch.allclose(got.float(), expected.float(), atol=tolerance,
@@ -161,10 +162,10 @@ def runner(kernel: str, rows_hint: int):
 def _mkl(rows_hint: int, m, w, x):
     """MKL's packed GEMM runs exactly `rows_hint` rows (`_mkl_linear` runs MKL's plain GEMM on m.weight at
     any other count). A step with fewer rows (a call's last steps, a short prompt) is padded with zero
-    rows to `rows_hint` where it has at least a quarter of them: the packed product of 8 rows reads the
-    weights once, as fast as the plain GEMM's single row and about 1.4 times as fast as its 2 to 7 rows
-    (measured on the Xeon under AVX2 and AVX-512), and each row's result does not depend on the others'.
-    One row keeps the plain GEMM (a matrix-vector product, faster still)."""
+    rows to `rows_hint` where it has at least a quarter of them: over SmolLM2's layers the packed product
+    of 8 rows took 0.7-0.85 of the plain GEMM's time at 2 to 7 rows (the Xeon, forced AVX2), and each
+    row's result does not depend on the others'. One row keeps the plain GEMM (a matrix-vector product,
+    faster than either)."""
     import torch
 
     rows = x.numel() // x.shape[-1]
