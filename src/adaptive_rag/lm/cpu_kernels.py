@@ -14,7 +14,7 @@ the run's row counts (1 and the batch size: the tail of a call and its full step
 fastest by the sum; packed keeps a near tie (within `MARGIN`), so a choice does not flip between runs on
 timing noise. The choice is remembered in a small file per machine (`choices_path()`), keyed by what
 decides it (CPU, ISA in use and forced-ISA settings, torch, MKL and oneDNN builds, threads, dtype, rows,
-the layers' shapes), so each machine measures once. Timings taken while other work holds the cores say
+the layers' shapes, the candidate kernels), so each machine measures once. Timings taken while other work holds the cores say
 little (two processes of two threads on two cores can slow a pass 50-fold), so the timing runs twice
 and a choice is remembered only when both rounds agree and the machine's load average was under its
 core count; otherwise this run keeps the packed kernel (if the rounds disagree) or its measured choice,
@@ -77,8 +77,9 @@ def choices_path() -> Path:
     return base / "adaptive-rag" / "cpu-kernels.json"
 
 
-def choice_key(modules, rows: list[int]) -> tuple[str, dict]:
-    """(digest, what it digests): everything a timing depends on."""
+def choice_key(modules, rows: list[int], kernels: list[str]) -> tuple[str, dict]:
+    """(digest, what it digests): everything a timing depends on, and the candidates it chose among (a
+    choice remembered before a kernel became a candidate is measured again)."""
     import torch
 
     from ..hardware import cpu, library_versions
@@ -86,7 +87,8 @@ def choice_key(modules, rows: list[int]) -> tuple[str, dict]:
     weight = modules[0].weight
     shapes = sorted({tuple(m.weight.shape) for m in modules})
     facts = {"cpu": cpu(), "libraries": library_versions(), "threads": torch.get_num_threads(),
-             "dtype": str(weight.dtype), "rows": rows, "shapes": [list(s) for s in shapes], "layers": len(modules)}
+             "dtype": str(weight.dtype), "rows": rows, "shapes": [list(s) for s in shapes], "layers": len(modules),
+             "kernels": kernels}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16], facts
 
 
@@ -279,7 +281,7 @@ def choose(modules, setting: str, rows_hint: int) -> tuple[KernelChoice, dict]:
     fallback = "packed" if "packed" in kernels else kernels[0]
     rows = sorted({1, max(1, rows_hint)})
     timed = timed_layers(modules)
-    key, _ = choice_key(timed, rows)
+    key, _ = choice_key(timed, rows, kernels)
     path = choices_path()
     entry = _remembered(path, key)
     if entry is not None and entry["kernel"] in kernels:
