@@ -16,7 +16,8 @@ Why it is built this way:
 - On the CPU every linear layer (and fused product) runs through the kernel `cpu_kernels` chose for
   this machine: at the few rows of a decode step MKL's plain GEMM reads the weights at a fraction of
   the machine's memory bandwidth, and a weight packed once for the kernel (oneDNN's inner product, or
-  MKL's GEMM packed for the batch's rows) reads them up to 1.4 times as fast, at the cost of a second
+  MKL's GEMM packed for the batch's rows) reads them up to 1.4 times as fast at 8 rows (the Xeon the
+  demo is timed on, AVX-512; 1.7 times under forced AVX2: docs/performance.md), at the cost of a second
   copy of the linear weights. Where no packed kernel runs in this torch build, or its output
   disagrees with `torch.nn.functional.linear` on a probe, the modules run as they are.
 - With `fused=True` (the default on a CUDA device, where a step is a thousand small kernels) a layer
