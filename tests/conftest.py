@@ -478,11 +478,13 @@ class ScriptedLM:
         return {"backend": "scripted"}
 
     def generate(self, prompts, max_new_tokens, stop=(), extras=NO_EXTRAS):
+        from adaptive_rag.lm.base import row_limits
+
         self.batches.append(len(prompts))
         out = []
-        for p in prompts:
+        for p, limit in zip(prompts, row_limits(max_new_tokens, len(prompts))):
             key = (has_passages(p), p.prefix)
-            self.calls.append({"passages": key[0], "prefix": p.prefix, "max_new_tokens": max_new_tokens,
+            self.calls.append({"passages": key[0], "prefix": p.prefix, "max_new_tokens": limit,
                                "stop": tuple(stop), "extras": extras, "prompt": p})
             if key not in self.script:
                 raise AssertionError(f"unscripted call {key!r}")

@@ -13,7 +13,7 @@ from typing import Callable, Sequence, TypeVar
 
 from ..errors import ConfigError
 from .base import (BLACK_BOX, NO_EXTRAS, Continuation, Extras, Prompt, SampleSet, SamplingParams, require,
-                   to_sample_set)
+                   row_limits, to_sample_set)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -97,11 +97,12 @@ class APIModel:
 
     # ---- the LanguageModel protocol ---------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | Sequence[int], stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
         require(self.capabilities, extras.needs(), "generate", "api")
         stop = [s for s in stop if s]
-        return self._map(lambda p: self._call(p, max_new_tokens, stop, {"temperature": 0.0})[0], list(prompts))
+        asked = list(zip(prompts, row_limits(max_new_tokens, len(prompts))))
+        return self._map(lambda pair: self._call(pair[0], pair[1], stop, {"temperature": 0.0})[0], asked)
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
                stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:

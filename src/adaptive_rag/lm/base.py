@@ -281,9 +281,10 @@ class LanguageModel(Protocol):
     def identity(self) -> dict:
         """What the call cache keys on: model name + weights hash or revision, backend, dtype."""
 
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | Sequence[int], stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
-        """Greedy continuation of every prompt (batched where the backend can)."""
+        """Greedy continuation of every prompt (batched where the backend can); `max_new_tokens` is one
+        limit for every prompt or one per prompt (`row_limits`)."""
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
                stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
@@ -316,6 +317,20 @@ def require(capabilities: frozenset[str], needs: set[str], who: str, backend: st
     if lacking:
         raise ConfigError(f"{who} needs {', '.join(lacking)}, which the {backend} backend cannot provide "
                           f"(it offers: {', '.join(sorted(capabilities))}); use a white-box model")
+
+
+def row_limits(max_new_tokens: int | Sequence[int], count: int) -> list[int]:
+    """The token limit of each of a call's `count` prompts: one number for all, or one per prompt.
+
+    Per-prompt limits let a dynamic loop send every question's next step as one batched call, whatever
+    each has left of its budget: a greedy row's text does not depend on the limits of the rows beside it,
+    and calls split by limit would decode mostly one row at a time."""
+    if isinstance(max_new_tokens, int):
+        return [max_new_tokens] * count
+    limits = [int(n) for n in max_new_tokens]
+    if len(limits) != count:
+        raise ValueError(f"{len(limits)} token limits for {count} prompts")
+    return limits
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

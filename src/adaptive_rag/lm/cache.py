@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .base import (NO_EXTRAS, Attribution, Continuation, Extras, IGSettings, LanguageModel, Prompt, SampleSet,
-                   SamplingParams)
+                   SamplingParams, row_limits)
 
 try:  # POSIX only; elsewhere concurrent first opens simply are not serialised
     import fcntl
@@ -529,12 +529,15 @@ class CachedModel:
     def stats(self) -> dict:
         return self.cache.stats()
 
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | Sequence[int], stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
-        keys = [call_key(self._identity, "generate", p, max_new_tokens=max_new_tokens, stop=list(stop),
-                         extras=extras) for p in prompts]
-        return self._batched("generate", list(prompts), keys, Continuation,
-                             lambda todo: self.model.generate(todo, max_new_tokens, stop, extras))
+        """One key per prompt and its own token limit (a call with one limit for all keys the same)."""
+        prompts, limits = list(prompts), row_limits(max_new_tokens, len(prompts))
+        keys = [call_key(self._identity, "generate", p, max_new_tokens=n, stop=list(stop), extras=extras)
+                for p, n in zip(prompts, limits)]
+        same = isinstance(max_new_tokens, int)
+        return self._batched("generate", keys, Continuation, lambda todo: self.model.generate(
+            [prompts[i] for i in todo], max_new_tokens if same else [limits[i] for i in todo], stop, extras))
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
                stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
@@ -552,14 +555,18 @@ class CachedModel:
         """One key per prompt: a prompt's sample set does not depend on the others it was asked with."""
         keys = [call_key(self._identity, "sample_set", p, params=params, max_new_tokens=max_new_tokens,
                          stop=list(stop), extras=extras) for p in prompts]
-        return self._batched("sample_set", list(prompts), keys, SampleSet,
-                             lambda todo: self.model.sample_batch(todo, params, max_new_tokens, stop, extras))
+        prompts = list(prompts)
+        return self._batched("sample_set", keys, SampleSet, lambda todo: self.model.sample_batch(
+            [prompts[i] for i in todo], params, max_new_tokens, stop, extras))
 
-    def _batched(self, op: str, prompts: list[Prompt], keys: list[str], kind: type,
-                 compute: Callable[[list[Prompt]], list]) -> list:
-        """Look every prompt up; send only the misses, once each and in order, in one batched call."""
+    def _batched(self, op: str, keys: list[str], kind: type, compute: Callable[[list[int]], list]) -> list:
+        """Look every prompt's key up; send only the misses, once each and in order, in one batched call
+        (`compute` gets the positions of the prompts to run)."""
         found = self.cache.get_many(op, keys, accept=lambda r: isinstance(r, kind))
-        missing = {key: prompt for key, prompt in zip(keys, prompts) if key not in found}
+        missing: dict[str, int] = {}
+        for index, key in enumerate(keys):
+            if key not in found:
+                missing.setdefault(key, index)
         if missing:
             results = compute(list(missing.values()))
             if len(results) != len(missing):

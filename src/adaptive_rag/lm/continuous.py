@@ -28,10 +28,11 @@ from .base import Extras, GenerationStopped, SamplingParams
 from .rows import RowState, choice_columns, chosen_from_rows
 
 
-def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
+def run_continuous(lm, encoded: list[tuple[list[int], int]], limits: list[int], stop: Sequence[str],
                    extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[RowState]:
     """Generate for every encoded prompt ((ids, shared count) pairs, all with the same shared ids unless
-    sampling) on `lm.decoder` with `lm.batch_size` slots; the rows' states in prompt order."""
+    sampling; prompt i generating at most limits[i] tokens) on `lm.decoder` with `lm.batch_size` slots;
+    the rows' states in prompt order."""
     torch, decoder = lm.torch, lm.decoder
     final_layers = lm.check_layers(extras.final_layers)
     want_rows = extras.attention_layer is not None or extras.hidden_layer is not None
@@ -51,7 +52,7 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
         prefix = base
         suffixes = [ids[shared:] for ids, _ in encoded]
         slots = min(len(encoded), lm.batch_size)
-    kv = decoder.new_slots(slots, max(len(s) for s in suffixes) + max_new_tokens + 1)
+    kv = decoder.new_slots(slots, max(len(s) + n for s, n in zip(suffixes, limits)) + 1)
     waiting = deque(range(len(encoded)))
     active: list[int] = []  # the prompt index in each occupied slot, slots 0..len-1
     pending: list = []  # each slot's next-token logits, or the values the step chose from them (a list)
@@ -87,7 +88,7 @@ def run_continuous(lm, encoded: list[tuple[list[int], int]], max_new_tokens: int
                 for slot, values in zip(fresh, table):
                     pending[slot] = values
             chosen = chosen_from_rows(pending, extras)
-            feeds = [states[row].take(chosen, i, lm, stop, max_new_tokens, want_rows, final_layers)
+            feeds = [states[row].take(chosen, i, lm, stop, limits[row], want_rows, final_layers)
                      for i, row in enumerate(active)]
             step += 1
             for slot in reversed(range(len(active))):  # rows not fed again leave before the step

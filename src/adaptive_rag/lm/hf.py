@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import InputError
 from .capabilities import ATTENTION_PATHS, DTYPES
 from .base import (NO_EXTRAS, WHITE_BOX, Attribution, Continuation, Extras, FirstToken, GenerationStopped, IGSettings,
-                   Prompt, SampleSet, SamplingParams, to_sample_set)
+                   Prompt, SampleSet, SamplingParams, row_limits, to_sample_set)
 from .kv_cache import PrefixKV
 from .rows import RowState, choose
 
@@ -169,8 +169,9 @@ class HFModel:
 
     # ---- greedy generation ----------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | Sequence[int], stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
+        limits = row_limits(max_new_tokens, len(prompts))
         if self.decoder is not None:  # one continuous batch per distinct shared prefix, in prompt order
             encoded = [self.encode(p) for p in prompts]
             groups: dict[tuple[int, ...], list[int]] = {}
@@ -178,20 +179,20 @@ class HFModel:
                 groups.setdefault(tuple(ids[:shared]), []).append(index)
             results: list[Continuation | None] = [None] * len(prompts)
             for rows in groups.values():
-                for index, result in zip(rows, self._run([encoded[i] for i in rows], max_new_tokens, stop, extras,
-                                                         None)):
+                for index, result in zip(rows, self._run([encoded[i] for i in rows], [limits[i] for i in rows], stop,
+                                                         extras, None)):
                     results[index] = result
             return results
         out: list[Continuation] = []
         for start in range(0, len(prompts), self.batch_size):
-            out.extend(self._run([self.encode(p) for p in prompts[start:start + self.batch_size]],
-                                 max_new_tokens, stop, extras, None))
+            end = start + self.batch_size
+            out.extend(self._run([self.encode(p) for p in prompts[start:end]], limits[start:end], stop, extras, None))
         return out
 
     def sample(self, prompt: Prompt, params: SamplingParams, max_new_tokens: int,
                stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
         """All n continuations in one batch of n rows (memory grows with n, not with `batch_size`)."""
-        return self._run([self.encode(prompt)] * params.n, max_new_tokens, stop, extras,
+        return self._run([self.encode(prompt)] * params.n, [max_new_tokens] * params.n, stop, extras,
                          (params, list(range(params.n))))
 
     def sample_batch(self, prompts: Sequence[Prompt], params: SamplingParams, max_new_tokens: int,
@@ -221,14 +222,15 @@ class HFModel:
             self._prefix_ids, self._prefix_cache = prefix, result.past_key_values
         return self._prefix_cache
 
-    def _run(self, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
+    def _run(self, encoded: list[tuple[list[int], int]], limits: list[int], stop: Sequence[str],
              extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[Continuation]:
+        """The continuations of encoded prompts, prompt i generating at most limits[i] tokens."""
         if self.decoder is not None:
             from .continuous import run_continuous
 
-            states = run_continuous(self, encoded, max_new_tokens, stop, extras, sampling)
+            states = run_continuous(self, encoded, limits, stop, extras, sampling)
         else:
-            states = self._run_eager(encoded, max_new_tokens, stop, extras, sampling)
+            states = self._run_eager(encoded, limits, stop, extras, sampling)
         results = [state.result(self, stop, extras) for state in states]
         if extras.attention_layer is not None:
             # Attention rows cover the prompt too; the texts of the prompt's own (non-shared) tokens
@@ -237,7 +239,7 @@ class HFModel:
                 result.meta["prompt_tokens"] = self.token_texts(ids[own_shared:])
         return results
 
-    def _run_eager(self, encoded: list[tuple[list[int], int]], max_new_tokens: int, stop: Sequence[str],
+    def _run_eager(self, encoded: list[tuple[list[int], int]], limits: list[int], stop: Sequence[str],
                    extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[RowState]:
         torch = self.torch
         shared = min(s for _, s in encoded)
@@ -290,7 +292,7 @@ class HFModel:
                                 None if generators is None else [generators[r] for r in active], params)
                 keep, next_ids, feed_positions = [], [], []
                 for i, row in enumerate(active):
-                    feed = states[row].take(chosen, i, self, stop, max_new_tokens, want_rows, final_layers)
+                    feed = states[row].take(chosen, i, self, stop, limits[row], want_rows, final_layers)
                     if feed is not None:
                         keep.append(i)
                         next_ids.append(feed[0])

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import InputError
 from .base import (NO_EXTRAS, Attribution, Continuation, Extras, GenerationStopped, IGSettings, Prompt, SampleSet,
-                   SamplingParams, require, to_sample_set)
+                   SamplingParams, require, row_limits, to_sample_set)
 from .capabilities import DTYPES, SEQ2SEQ
 from .hf import token_texts
 from .rows import RowState, choose
@@ -99,9 +99,10 @@ class Seq2SeqModel:
 
     # ---- generation ------------------------------------------------------------------------------
 
-    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = (),
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int | Sequence[int], stop: Sequence[str] = (),
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
         require(self.capabilities, extras.needs(), "generate", "seq2seq")
+        limits = row_limits(max_new_tokens, len(prompts))
         encoded = [self.encode(p) for p in prompts]
         results: list[Continuation | None] = [None] * len(prompts)
         groups: dict[int, list[int]] = {}
@@ -110,8 +111,8 @@ class Seq2SeqModel:
         for rows in groups.values():
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start:start + self.batch_size]
-                for index, result in zip(chunk, self._run([encoded[i] for i in chunk], max_new_tokens, stop,
-                                                          extras, None)):
+                for index, result in zip(chunk, self._run([encoded[i] for i in chunk], [limits[i] for i in chunk],
+                                                          stop, extras, None)):
                     results[index] = result
         return results
 
@@ -119,14 +120,14 @@ class Seq2SeqModel:
                stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[Continuation]:
         """The n continuations as n rows of one batch, continuation j seeded seed + j."""
         require(self.capabilities, extras.needs(), "sample", "seq2seq")
-        return self._run([self.encode(prompt)] * params.n, max_new_tokens, stop, extras,
+        return self._run([self.encode(prompt)] * params.n, [max_new_tokens] * params.n, stop, extras,
                          (params, list(range(params.n))))
 
     def sample_batch(self, prompts: Sequence[Prompt], params: SamplingParams, max_new_tokens: int,
                      stop: Sequence[str] = (), extras: Extras = NO_EXTRAS) -> list[SampleSet]:
         return [to_sample_set(self.sample(p, params, max_new_tokens, stop, extras)) for p in prompts]
 
-    def _run(self, encoded: list[tuple[list[int], list[int]]], max_new_tokens: int, stop: Sequence[str],
+    def _run(self, encoded: list[tuple[list[int], list[int]]], limits: list[int], stop: Sequence[str],
              extras: Extras, sampling: tuple[SamplingParams, list[int]] | None) -> list[Continuation]:
         torch = self.torch
         batch = len(encoded)
@@ -151,14 +152,15 @@ class Seq2SeqModel:
                              use_cache=True)
             self.forward_tokens += forced.numel()
             step = 0
-            while active and max_new_tokens > 0:
+            while active:
                 if self.stop_requested is not None and self.stop_requested():
                     raise GenerationStopped(step)
                 chosen = choose(out.logits[:, -1, :], extras,
                                 None if generators is None else [generators[r] for r in active], params)
                 keep, fed = [], []
                 for i, row in enumerate(active):
-                    feed = states[row].take(chosen, i, self, stop, max_new_tokens, False, ())
+                    # a row allowed no tokens leaves before its first
+                    feed = states[row].take(chosen, i, self, stop, limits[row], False, ()) if limits[row] > 0 else None
                     if feed is not None:
                         keep.append(i)
                         fed.append(feed[0])

@@ -13,7 +13,7 @@ import yaml
 from adaptive_rag.config import parse_params
 from adaptive_rag.data.datasets import Example
 from adaptive_rag.errors import ConfigError, InputError
-from adaptive_rag.lm.base import BLACK_BOX, NO_EXTRAS, WHITE_BOX, Continuation, Extras, SampleSet
+from adaptive_rag.lm.base import BLACK_BOX, NO_EXTRAS, WHITE_BOX, Continuation, Extras, SampleSet, row_limits
 from adaptive_rag.methods.base import Answer, Context, Method
 from adaptive_rag.methods.sugar.sugar import BRANCHES, Sugar, route
 from adaptive_rag.prompts.fewshot import (QA_INSTRUCTION, QA_STOP_STRINGS, STOP_STRINGS, Exemplar, build_prompt,
@@ -73,11 +73,11 @@ class SamplingLM:
 
     def generate(self, prompts, max_new_tokens, stop=(), extras=NO_EXTRAS):
         batch = []
-        for p in prompts:
+        for p, limit in zip(prompts, row_limits(max_new_tokens, len(prompts))):
             text = p.text if p.text is not None else "".join(c for _, c in p.messages)
             key = (self.question_of(p), "Context:" in text, p.prefix)
             batch.append({"key": key, "passages": re.findall(r"passage \d+\.\d+", text),
-                          "max_new_tokens": max_new_tokens, "stop": tuple(stop), "prompt": p})
+                          "max_new_tokens": limit, "stop": tuple(stop), "prompt": p})
             if key not in self.greedy:
                 raise AssertionError(f"unscripted greedy call {key!r}")
         self.generate_calls.append(batch)

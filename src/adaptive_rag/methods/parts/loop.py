@@ -129,28 +129,27 @@ class DynamicMethod(Method):
 
     def generate(self, states: Sequence[QuestionState], with_passages: bool, limits: Sequence[int],
                  extras: Extras = NO_EXTRAS) -> list[Continuation]:
-        """One batched call per distinct token limit; counts the call, its tokens and sentences."""
-        out: list[Continuation | None] = [None] * len(states)
-        for limit in sorted(set(limits)):
-            rows = [i for i, n in enumerate(limits) if n == limit]
-            start = time.perf_counter()
-            searched = with_passages and self.rules.empty_query == "search"
-            prompts = [self.cot_prompt(states[i].example.question, states[i].hits if with_passages else (),
-                                       searched=searched)
-                       .with_prefix(states[i].text if states[i].next_prefix is None else states[i].next_prefix)
-                       for i in rows]
-            results = [self.rules.ended(c, self.ctx.lm)
-                       for c in self.ctx.lm.generate(prompts, limit, self.rules.stop, extras)]
-            share = (time.perf_counter() - start) / len(rows)
-            for i, c in zip(rows, results):
-                answer = states[i].answer
-                answer.llm_calls += 1
-                answer.generated_tokens += len(c.tokens)
-                answer.sentences += count_sentences(c.text)
-                answer.prompt_tokens = max(answer.prompt_tokens, c.prompt_tokens or 0)
-                answer.wall_time_s += share
-                out[i] = c
-        return out
+        """One batched call for every question, each with its own token limit (what is left of its
+        budget: calls split by limit would decode mostly one row at a time); counts the call, its tokens
+        and sentences."""
+        if not states:
+            return []
+        start = time.perf_counter()
+        searched = with_passages and self.rules.empty_query == "search"
+        prompts = [self.cot_prompt(s.example.question, s.hits if with_passages else (), searched=searched)
+                   .with_prefix(s.text if s.next_prefix is None else s.next_prefix) for s in states]
+        same = len(set(limits)) == 1
+        results = [self.rules.ended(c, self.ctx.lm) for c in
+                   self.ctx.lm.generate(prompts, limits[0] if same else list(limits), self.rules.stop, extras)]
+        share = (time.perf_counter() - start) / len(states)
+        for state, c in zip(states, results):
+            answer = state.answer
+            answer.llm_calls += 1
+            answer.generated_tokens += len(c.tokens)
+            answer.sentences += count_sentences(c.text)
+            answer.prompt_tokens = max(answer.prompt_tokens, c.prompt_tokens or 0)
+            answer.wall_time_s += share
+        return results
 
     def retrieve(self, state: QuestionState, query: str) -> list:
         start = time.perf_counter()
