@@ -9,7 +9,10 @@ method loads on first use (spaCy, a similarity encoder) and the shared prefix's 
 "first-chunk excess" is its time beyond what its questions cost at the other chunks' rate per question,
 when there are others. The model's load includes importing torch and transformers (the command line
 imports them only then) and choosing the CPU kernels. The totals say how much of a build is fixed cost
-per job, which no faster kernel removes. The machine printed is the one the runs recorded.
+per job, which no faster kernel removes. Runs on the fast attention path also record how their answering
+split between prompt prefill (tokens and seconds: compute-bound) and decode steps (steps, the rows they
+advanced, seconds: bound by reading the weights); the second table shows that split. The machine printed
+is the one the runs recorded.
 
 Usage: python benchmarks/job_overheads.py [RUNS_DIR ...] [--markdown]
 """
@@ -41,7 +44,36 @@ def job_row(provenance: dict) -> dict | None:
     outside = wall - sum(chunks) - sum(fixed[k] for k in COLUMNS[1:])
     return {"job": f"{provenance['dataset']}/{provenance['method']}", "questions": provenance.get("questions"),
             **fixed, "chunks": len(chunks), "answering_s": sum(chunks), "first_chunk_excess_s": excess,
-            "other_s": max(0.0, outside), "total_s": wall + fixed["process_start_s"]}
+            "other_s": max(0.0, outside), "total_s": wall + fixed["process_start_s"],
+            "engine": timings.get("engine")}
+
+
+def engine_table(rows: list[dict]) -> list[str]:
+    """Markdown lines: per job on the fast path, prefill and decode counts and seconds, and the rest of its
+    answering time (retrieval, the method's own work, the engine's host-side work between steps)."""
+    timed = [r for r in rows if r.get("engine")]
+    if not timed:
+        return []
+    lines = ["| job | answering s | prefill tokens | prefill s | ms per prefill token | decode steps | rows per step "
+             "| decode s | ms per step | rest of answering s |", "|---|" + "--:|" * 9]
+    total = {"answering_s": 0.0, "prefill_tokens": 0, "prefill_s": 0.0, "decode_steps": 0, "decode_rows": 0,
+             "decode_s": 0.0}
+
+    def line(job, answering, e):
+        rest = answering - e["prefill_s"] - e["decode_s"]
+        return (f"| {job} | {answering:.1f} | {e['prefill_tokens']} | {e['prefill_s']:.1f} | "
+                f"{1e3 * e['prefill_s'] / max(e['prefill_tokens'], 1):.2f} | {e['decode_steps']} | "
+                f"{e['decode_rows'] / max(e['decode_steps'], 1):.1f} | {e['decode_s']:.1f} | "
+                f"{1e3 * e['decode_s'] / max(e['decode_steps'], 1):.0f} | {rest:.1f} |")
+
+    for r in timed:
+        lines.append(line(r["job"], r["answering_s"], r["engine"]))
+        total["answering_s"] += r["answering_s"]
+        for key in total:
+            if key != "answering_s":
+                total[key] += r["engine"][key]
+    lines.append(line("all jobs", total.pop("answering_s"), total))
+    return lines
 
 
 def main() -> int:
@@ -76,6 +108,10 @@ def main() -> int:
           f"outside answering: " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {sum(r[k] for r in rows):.0f} s"
                                             for k in COLUMNS)
           + f", first-chunk excess {sum(r['first_chunk_excess_s'] or 0 for r in rows):.0f} s")
+    engine = engine_table(rows)
+    if engine:
+        print("\nanswering on the fast path: prompt prefill against decode steps\n")
+        print("\n".join(engine))
     return 0
 
 

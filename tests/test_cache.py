@@ -145,6 +145,22 @@ def test_a_mixed_batch_sends_only_the_misses_in_one_call_in_order(lm, tmp_path, 
     assert cached.generate([], 6) == [] and len(calls) == 1
 
 
+def test_a_limit_per_prompt_keys_each_prompt_with_its_own_limit(lm, tmp_path, monkeypatch):
+    """A call of mixed limits stores what calls of one limit find again; only its misses go to the model,
+    in one call, each with its own limit."""
+    alone = [lm.generate([p], n)[0] for p, n in zip(PROMPTS, (6, 3, 5))]
+    cached = CachedModel(lm, tmp_path / "calls.sqlite")
+    cached.generate([PROMPTS[0]], 6)
+    calls, original = [], lm.generate
+    monkeypatch.setattr(lm, "generate", lambda prompts, limits, *rest: calls.append((prompts, limits))
+                        or original(prompts, limits, *rest))
+    mixed = cached.generate(PROMPTS[:3], [6, 3, 5])
+    assert calls == [([PROMPTS[1], PROMPTS[2]], [3, 5])] and cached.stats()["generate"]["hits"] == 1
+    assert [c.token_ids for c in mixed] == [c.token_ids for c in alone]
+    forbid_calls(monkeypatch, lm)
+    assert same(cached.generate([PROMPTS[1]], 3)[0], mixed[1]) and same(cached.generate([PROMPTS[2]], 5)[0], mixed[2])
+
+
 def test_a_prompt_repeated_in_a_batch_is_generated_once(lm, tmp_path, monkeypatch):
     cached = CachedModel(lm, tmp_path / "calls.sqlite")
     calls = record_generate(monkeypatch, lm)

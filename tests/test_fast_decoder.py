@@ -135,6 +135,38 @@ def test_continuous_batching_equals_one_prompt_at_a_time(lively_dir, fast, fused
     assert_same(together, alone, extras)
 
 
+@pytest.mark.parametrize("kernels", ["modules", "fused"])
+def test_a_token_limit_per_prompt_equals_calls_of_one_limit(fast, fused, eager, kernels):
+    """A call whose prompts each have their own limit (a dynamic loop's step, each question with what is
+    left of its budget): every row as a call of its limit alone gives it, on both paths."""
+    batch = prompts("chat")
+    limits = [3, 16, 1, 9, 16, 5, 12][:len(batch)]
+    extras = Extras(entropy=True, attention_layer=-1)
+    model = fast if kernels == "modules" else fused
+    together = model.generate(batch, limits, STOPS, extras)
+    assert [len(c.token_ids) <= n for c, n in zip(together, limits)] == [True] * len(batch)
+    assert any(c.finish_reason == "length" and len(c.token_ids) == n for c, n in zip(together, limits) if n < 16)
+    alone = [eager.generate([p], n, STOPS, extras)[0] for p, n in zip(batch, limits)]
+    assert_same(together, alone, extras)
+    assert_same(eager.generate(batch, limits, STOPS, extras), alone, extras)
+    with pytest.raises(ValueError, match="2 token limits for 3 prompts"):
+        model.generate(batch[:3], [4, 4])
+
+
+def test_the_decoder_counts_what_it_prefilled_and_decoded(lively_dir):
+    """`time_spent` (what every run's provenance records): every token the model ran is a prefilled prompt
+    token or a decode step's row, each with its seconds."""
+    lm = HFModel(lively_dir, batch_size=3)
+    assert lm.time_spent() == {"prefill_tokens": 0, "prefill_s": 0.0, "decode_steps": 0, "decode_rows": 0,
+                               "decode_s": 0.0}
+    assert len(lm.generate(prompts("chat"), 9)) == len(prompts("chat"))
+    spent = lm.time_spent()
+    assert spent["prefill_tokens"] + spent["decode_rows"] == lm.forward_tokens
+    assert spent["decode_steps"] < spent["decode_rows"] <= 3 * spent["decode_steps"]
+    assert spent["prefill_s"] > 0 and spent["decode_s"] > 0
+    assert HFModel(lively_dir, attention="eager").time_spent() is None
+
+
 def test_prompts_with_different_shared_prefixes_in_one_call(fast, eager):
     batch = prompts("chat")[:3] + prompts("raw")[3:]  # two few-shot prefixes: two continuous batches
     assert_same(fast.generate(batch, 10), eager.generate(batch, 10))

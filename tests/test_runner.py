@@ -91,6 +91,15 @@ def test_provenance_says_where_the_job_time_went_and_which_cpu_kernel_ran(job):
     row = job_row(record)
     assert row["job"] == "demo/wo-rag" and row["chunks"] == 6
     assert row["total_s"] == pytest.approx(record["wall_time_s"] + timings["process_start_s"])
+    # the fast path's split of answering: the shared prefix and 12 prompts prefilled, then decode steps
+    engine = timings["engine"]
+    assert engine["prefill_tokens"] > 12 and engine["decode_steps"] > 0
+    assert engine["decode_steps"] <= engine["decode_rows"] <= 2 * engine["decode_steps"]  # batch_size 2
+    assert 0 < engine["prefill_s"] + engine["decode_s"] <= sum(timings["chunks_s"]) + 0.01
+    from job_overheads import engine_table
+
+    table = engine_table([row])
+    assert len(table) == 4 and table[2].startswith("| demo/wo-rag | ") and table[3].startswith("| all jobs | ")
 
 
 @pytest.mark.parametrize("setting, value", [("batch_size", 4), ("chunk_size", 3), ("max_new_tokens", 12)])

@@ -78,6 +78,17 @@ def test_a_prompt_alone_and_in_a_batch_gets_the_same_continuation(lm):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 
 
+def test_a_token_limit_per_prompt_equals_calls_of_one_limit(lm):
+    """Each row stops at its own limit; a row allowed no tokens generates none, as a call of 0 does."""
+    limits = [0, 2, 5, 3, 1, 4][:len(PROMPTS)]
+    together = lm.generate(PROMPTS, max_new_tokens=limits)
+    alone = [lm.generate([p], max_new_tokens=n)[0] for p, n in zip(PROMPTS, limits)]
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    assert together[0].token_ids == [] and all(len(c.token_ids) <= n for c, n in zip(together, limits))
+    for a, b in zip(alone, together):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
 def test_the_answer_prefix_is_forced_into_the_decoder(lm):
     prefix = " Carrowmere"
     prompt = Prompt(PROMPTS[0].text, prefix=prefix)

@@ -34,7 +34,8 @@ Why it is built this way:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from ..errors import InputError
@@ -71,6 +72,24 @@ class StepOutput:
     finals: dict | None = None  # 1-based layer -> [rows, hidden] float32
     chosen: list | None = None  # per row, `rows.choice_columns`' values when the step chose the tokens
     packed: object | None = None  # _step only: [rows, choice | attention | hidden] float64, one transfer
+
+
+@dataclass
+class TimeSpent:
+    """What one decoder ran and the wall seconds it took: prompt tokens prefilled (the shared prefix's and
+    each row's own) and decode steps (with the rows they advanced). Prefill is compute-bound and a decode
+    step bound by reading the weights, so the split says which one a run's answering time went to. On a
+    GPU a prefill is waited for before its clock stops; a step's clock stops when its results reach the
+    host (every greedy step's do)."""
+
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_steps: int = 0
+    decode_rows: int = 0
+    decode_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 class FastDecoder:
@@ -127,6 +146,7 @@ class FastDecoder:
         self._prefix_length = None  # static mode: [1] long tensor, the valid prefix positions
         self._graphs: dict = {}  # (rows, extras) -> (graph, static inputs, static outputs)
         self._pool = None
+        self.spent = TimeSpent()
 
     def products(self) -> list:
         """Every matrix product of a forward pass in reading order: per layer its linear modules, with a
@@ -189,10 +209,16 @@ class FastDecoder:
         the final normalised hidden state of the last position ([1, hidden])."""
         import torch
 
+        start = time.perf_counter()
         tokens = torch.tensor([list(ids)], dtype=torch.long, device=self.device)
         keys, values = [], []
         hidden = self._layers(self.embed(tokens), prefix, keys, values)
-        return keys, values, self._norm(self.norm, hidden[:, -1:])[:, 0]
+        last = self._norm(self.norm, hidden[:, -1:])[:, 0]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.spent.prefill_tokens += len(ids)
+        self.spent.prefill_s += time.perf_counter() - start
+        return keys, values, last
 
     def last_logits(self, embeddings):
         """Float32 next-token logits [rows, vocab] after input embeddings [rows, n, hidden], every row from
@@ -243,6 +269,7 @@ class FastDecoder:
         come back as host arrays."""
         import torch
 
+        start = time.perf_counter()
         rows = len(tokens)
         final_layers = tuple(final_layers)
         write = slots.lengths[:rows]
@@ -272,7 +299,11 @@ class FastDecoder:
             out = run(host.to(self.device))
         for row in range(rows):
             slots.lengths[row] += 1
-        return self._to_host(out, rows, prefix.length, prefix_columns, choice)
+        result = self._to_host(out, rows, prefix.length, prefix_columns, choice)
+        self.spent.decode_steps += 1
+        self.spent.decode_rows += rows
+        self.spent.decode_s += time.perf_counter() - start
+        return result
 
     def _to_host(self, out: StepOutput, rows: int, prefix: int, prefix_columns: int, choice) -> StepOutput:
         """The first `rows` rows of a step's output, off the device (one transfer when the step chose its

@@ -200,6 +200,11 @@ class HFModel:
         return [to_sample_set(self.sample(p, params, max_new_tokens, stop, extras), extras.final_layers)
                 for p in prompts]
 
+    def time_spent(self) -> dict | None:
+        """The fast path's prefill and decode counts and seconds so far (`FastDecoder.spent`), which every
+        run's provenance records; None on the eager path."""
+        return None if self.decoder is None else self.decoder.spent.as_dict()
+
     def prefix_kv(self, prefix: tuple[int, ...]) -> PrefixKV:
         """The fast path's cache of a shared prefix, computed once per distinct prefix (the last is kept;
         an empty prefix, prompts that share nothing, needs no pass and leaves it in place)."""

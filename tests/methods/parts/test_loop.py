@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from adaptive_rag.lm.base import NO_EXTRAS
+from adaptive_rag.lm.base import NO_EXTRAS, row_limits
 from adaptive_rag.methods.flare import FLARE
 from adaptive_rag.prompts.fewshot import STOP_STRINGS
 
-from conftest import ANSWER, BORN, REGEN, cont, run_method
+from conftest import ANSWER, BORN, REGEN, ScriptedLM, cont, method_with, run_method
 
 # look-ahead: sentence 2 has " 1722" at p .3 < .8 -> FLARE (paper) fires there, query masks it (< .4)
 LOOKAHEAD_1722 = cont([" Inchcombe", " was", " born", " in", " Paris", ".", " He", " died", " in", " 1722", "."],
@@ -76,3 +76,32 @@ def test_flare_loop_no_retrieval_budget_then_fallback():
     assert answer.counters() == {"retrievals": 0, "llm_calls": 2, "detections": 0, "generated_tokens": 13,
                                  "sentences": 3}
     assert answer.steps[-1]["phase"] == "fallback"
+
+
+def test_a_step_is_one_call_with_each_questions_own_token_limit():
+    """Questions that kept different lengths go on in one batched call, each with what is left of its
+    budget (not one call per distinct limit, which would decode one row at a time)."""
+    from adaptive_rag.data.datasets import Example
+    from adaptive_rag.methods.fs_rag import FixedSentenceRetrieval
+
+    class PerQuestionLM(ScriptedLM):
+        def generate(self, prompts, max_new_tokens, stop=(), extras=NO_EXTRAS):
+            asked = [(next(q for q in questions if q in p.text), p.prefix, n)
+                     for p, n in zip(prompts, row_limits(max_new_tokens, len(prompts)))]
+            self.batches.append(asked)
+            return [self.script[(q, prefix)] for q, prefix, _ in asked]
+
+    questions = ["Where was Inchcombe born?", "Where did Penhallow die?"]
+    lyon = " It is Lyon."
+    script = {(questions[0], ""): cont([" Inchcombe", " was", " born", " in", " Paris", ".", " He"]),
+              (questions[1], ""): cont([" It", " is", " Lyon", ".", " It"]),
+              (questions[0], BORN): ANSWER, (questions[1], lyon): ANSWER}
+    from conftest import RecordingRetriever
+
+    lm = PerQuestionLM(script)
+    method = method_with(FixedSentenceRetrieval, {}, lm, RecordingRetriever())
+    answers = method.answer_batch([Example(f"q{i}", q, ["Paris"], "span") for i, q in enumerate(questions)])
+    assert lm.batches == [[(questions[0], "", 50), (questions[1], "", 50)],
+                          [(questions[0], BORN, 44), (questions[1], lyon, 46)]]
+    assert [a.output for a in answers] == [f"{BORN.strip()} So the answer is Paris.", "It is Lyon. So the answer is Paris."]
+    assert [a.llm_calls for a in answers] == [2, 2]
