@@ -113,6 +113,8 @@ def test_greedy_generate_matches_in_process(api, hf):
     assert_same(got, want)
     assert all(c.tokens and len(c.logprobs) == len(c.tokens) for c in got)
     assert api.capabilities == BLACK_BOX
+    limits = [2 + 3 * i for i in range(len(PROMPTS))]  # one limit per prompt: a request each with its own
+    assert_same(api.generate(PROMPTS, max_new_tokens=limits), hf.generate(PROMPTS, max_new_tokens=limits))
 
 
 @pytest.mark.slow  # starts the `serve` process (module fixture `server`)
