@@ -94,9 +94,9 @@ def run_generation(params: Params, dataset: str, method: str, split: Path, model
                 progress.append(b, [question_record(example, answer)
                                     for example, answer in zip(batches[b], answers)])
                 bar.update(len(answers))
-        spent = getattr(lm, "time_spent", None) if lm is not None else None
-        if spent is not None and spent() is not None:  # the fast path: prompt prefill against decode steps
-            timings["engine"] = spent()
+        spent = lm.time_spent() if lm is not None and hasattr(lm, "time_spent") else None
+        if spent is not None:  # the fast path: prompt prefill against decode steps
+            timings["engine"] = spent
 
         if world > 1:
             from accelerate import PartialState
