@@ -46,11 +46,12 @@ import json, re, sys
 from pathlib import Path
 from adaptive_rag.lm.base import Prompt, SamplingParams
 from adaptive_rag.lm.hf import HFModel
-from adaptive_rag.lm.memory import Shape, position_bytes, request_estimate
+from adaptive_rag.lm.memory import Shape, position_bytes, request_estimate, return_freed_tensors
 
 def status(key):
     return int(re.search(key + r":\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 
+return_freed_tensors()  # as `serve` does at start
 model_dir, cases = sys.argv[1], json.loads(sys.argv[2])
 for attention, tokens, n, max_tokens, echo in cases:
     model = HFModel(model_dir, attention=attention)
@@ -94,3 +95,55 @@ def test_the_request_estimate_bounds_what_a_request_really_allocates(tiny_model_
     for attention, tokens, n, echo, peak, need in rows:
         assert tokens > 900 and peak > 0, rows
         assert peak <= need <= 4 * peak + 64 * 2**20, (attention, tokens, n, echo, peak, need)
+
+
+# Allocates and frees a 24 MiB tensor, then a 16 MiB one, and prints how much resident memory the process kept
+# after the second free.
+KEPT = """
+import re, sys
+from pathlib import Path
+import torch
+from adaptive_rag.lm.memory import return_freed_tensors
+
+def rss():
+    return int(re.search(r"VmRSS:\\s+(\\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+if sys.argv[1] == "set":
+    print(return_freed_tensors(), file=sys.stderr)
+block = torch.ones(6 * 2**20)  # 24 MiB, every page written: its free raises glibc's dynamic threshold to 24 MiB
+del block
+before = rss()
+block = torch.ones(4 * 2**20)
+del block
+print(rss() - before)
+"""
+
+
+@pytest.mark.parametrize("setting", ["set", "default"])
+def test_freed_tensors_go_back_to_the_system_once_the_threshold_is_fixed(setting):
+    """glibc's default keeps a freed 16 MiB block in its heap once a larger block was freed before; with the
+    threshold fixed (`serve` fixes it at start) the block is unmapped when freed."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    if platform.libc_ver()[0] != "glibc" or not os.path.exists("/proc/self/status"):
+        pytest.skip("the threshold is glibc's and the resident memory is read from /proc/self/status (Linux)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    result = subprocess.run([sys.executable, "-c", KEPT, setting], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    kept = int(result.stdout.split()[-1])
+    if setting == "set":
+        assert "4.0 MiB or more go back to the system (glibc" in result.stderr
+        assert kept < 2**20
+    else:
+        assert kept > 8 * 2**20  # the control: without the setting the block stays
+
+
+def test_a_threshold_the_user_set_is_kept(monkeypatch):
+    from adaptive_rag.lm.memory import return_freed_tensors
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert return_freed_tensors() == "the allocator's mmap threshold as MALLOC_MMAP_THRESHOLD_ sets it (65536)"

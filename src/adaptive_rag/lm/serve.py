@@ -83,7 +83,7 @@ from .base import Continuation, GenerationStopped, LanguageModel, Prompt, Sampli
 from .connections import (DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_S, DEFAULT_RECEIVE_TIMEOUT_S, MAX_HEAD,
                           DeadlineProtocol, bound_socket, listen_error)
 from .memory import (SIZE_SYNTAX, Shape, cache_estimate, format_size, headroom, parse_size, position_bytes,
-                     request_estimate)
+                     request_estimate, return_freed_tensors)
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions
 DEFAULT_CHAT_TOKENS = 256
@@ -984,6 +984,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(listen_error(args.host, args.port, e))
     from .hf import HFModel
 
+    allocator = return_freed_tensors()  # before any tensor: the estimates bound live tensors, not freed ones kept
     try:
         model = HFModel(args.model_dir, dtype=args.dtype, device=args.device, threads=args.threads,
                         batch_size=args.batch_size, attention=args.attention)
@@ -999,6 +1000,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for what, budget, source in (("KV cache", cache, cache_source), ("memory", whole, whole_source)):
         limit = "unchecked" if budget is None else f"{budget} bytes ({format_size(budget)})"
         print(f"{what} per request: at most {limit}; {source}", file=sys.stderr, flush=True)
+    print(f"memory: {allocator}", file=sys.stderr, flush=True)
     # uvicorn re-raises the signal that stopped it once it has shut down; handled here, that ends `run` with
     # status 0. Both signals explicitly: a process started in the background may inherit SIGINT as ignored.
     previous = {sig: signal.signal(sig, lambda signum, frame: None) for sig in (signal.SIGTERM, signal.SIGINT)}
