@@ -5,12 +5,13 @@ A request's cache is estimated before the model runs (`cache_estimate` positions
 from the engine's layout rather than measured, so that a request too large is refused before it
 allocates anything. So is its peak (`request_estimate`): the cache plus the largest transient of its
 passes, which for a long prompt is most of it (the eager path's attention scores grow with the square
-of the prompt, echo's log-probabilities with prompt x vocabulary). Those estimates bound the tensors alive at once; `serve` fixes the C library's mmap threshold
-(`return_freed_tensors`) so that the process's resident memory follows them. `serve` sizes its budget (`--max-cache-memory auto`) from `headroom`: what is left of
-the tightest limit that applies to this process, because any one of them ends it. On the CPU those are the
-machine's available memory, the memory limit of the process's cgroup (a container, a Slurm job) and its
-address-space limit (`ulimit -v`, RLIMIT_AS); on a CUDA device, the device's free memory. Each is read
-where the system exposes it and skipped where it does not.
+of the prompt, echo's log-probabilities with prompt x vocabulary). Those estimates bound the tensors
+alive at once; `serve` fixes the C library's mmap threshold (`return_freed_tensors`) so that the
+process's resident memory follows them. `serve` sizes its budget (`--max-cache-memory auto`) from
+`headroom`: what is left of the tightest limit that applies to this process, because any one of them
+ends it. On the CPU those are the machine's available memory, the memory limit of the process's cgroup
+(a container, a Slurm job) and its address-space limit (`ulimit -v`, RLIMIT_AS); on a CUDA device, the
+device's free memory. Each is read where the system exposes it and skipped where it does not.
 """
 
 from __future__ import annotations
@@ -204,10 +205,12 @@ def return_freed_tensors() -> str:
     process's peak resident memory by 346 MiB in one run of three (`tests/test_memory.py`'s measurement,
     Intel Xeon, 2 cores). With the threshold fixed at 4 MiB it rose by 185 MiB in each of six runs, and
     SmolLM2's prefill and decoding ran at the same speed (docs/engine.md has the measurement); at glibc's
-    initial 128 KiB the page faults of each pass's fresh blocks slowed the prefill by 40 %. A threshold set through MALLOC_MMAP_THRESHOLD_ is the user's and is kept; on a C
-    library other than glibc nothing changes."""
+    initial 128 KiB the page faults of each pass's fresh blocks slowed the prefill by 40 %. A threshold
+    set through MALLOC_MMAP_THRESHOLD_ is the user's and is kept; on a C library other than glibc nothing
+    changes."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-        return f"the allocator's mmap threshold as MALLOC_MMAP_THRESHOLD_ sets it ({os.environ['MALLOC_MMAP_THRESHOLD_']})"
+        chosen = os.environ["MALLOC_MMAP_THRESHOLD_"]
+        return f"the allocator's mmap threshold as MALLOC_MMAP_THRESHOLD_ sets it ({chosen})"
     import ctypes
     import ctypes.util
 
