@@ -203,7 +203,7 @@ def return_freed_tensors() -> str:
     to the peak. The request estimates bound the tensors alive at once, not that slack: a 4,000-token
     prefill on the 16-head test model (185 MiB of live tensors, estimated 278 MiB) raised a fresh
     process's peak resident memory by 346 MiB in one run of three (`tests/test_memory.py`'s measurement,
-    Intel Xeon, 2 cores). With the threshold fixed at 4 MiB it rose by 185 MiB in each of six runs, and
+    Intel Xeon, AVX-512, 2 cores). With the threshold fixed at 4 MiB it rose by 185 MiB in each of six runs, and
     SmolLM2's prefill and decoding ran at the same speed (docs/engine.md has the measurement); at glibc's
     initial 128 KiB the page faults of each pass's fresh blocks slowed the prefill by 40 %. A threshold
     set through MALLOC_MMAP_THRESHOLD_ is the user's and is kept; on a C library other than glibc nothing

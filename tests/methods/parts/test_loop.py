@@ -10,7 +10,7 @@ from adaptive_rag.lm.base import NO_EXTRAS, row_limits
 from adaptive_rag.methods.flare import FLARE
 from adaptive_rag.prompts.fewshot import STOP_STRINGS
 
-from conftest import ANSWER, BORN, REGEN, ScriptedLM, cont, method_with, run_method
+from conftest import ANSWER, BORN, REGEN, RecordingRetriever, ScriptedLM, cont, method_with, run_method
 
 # look-ahead: sentence 2 has " 1722" at p .3 < .8 -> FLARE (paper) fires there, query masks it (< .4)
 LOOKAHEAD_1722 = cont([" Inchcombe", " was", " born", " in", " Paris", ".", " He", " died", " in", " 1722", "."],
@@ -96,12 +96,11 @@ def test_a_step_is_one_call_with_each_questions_own_token_limit():
     script = {(questions[0], ""): cont([" Inchcombe", " was", " born", " in", " Paris", ".", " He"]),
               (questions[1], ""): cont([" It", " is", " Lyon", ".", " It"]),
               (questions[0], BORN): ANSWER, (questions[1], lyon): ANSWER}
-    from conftest import RecordingRetriever
-
     lm = PerQuestionLM(script)
     method = method_with(FixedSentenceRetrieval, {}, lm, RecordingRetriever())
     answers = method.answer_batch([Example(f"q{i}", q, ["Paris"], "span") for i, q in enumerate(questions)])
     assert lm.batches == [[(questions[0], "", 50), (questions[1], "", 50)],
                           [(questions[0], BORN, 44), (questions[1], lyon, 46)]]
-    assert [a.output for a in answers] == [f"{BORN.strip()} So the answer is Paris.", "It is Lyon. So the answer is Paris."]
+    assert [a.output for a in answers] == [f"{BORN.strip()} So the answer is Paris.",
+                                           "It is Lyon. So the answer is Paris."]
     assert [a.llm_calls for a in answers] == [2, 2]
