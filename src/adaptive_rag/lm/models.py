@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -30,6 +31,41 @@ def _gguf_location(source: str) -> tuple[Path, str]:
     return directory, filename
 
 
+@contextmanager
+def gguf_parsed_once():
+    """Within the block, gguf's file reader and tensor-name map are built once per argument and reused.
+
+    transformers reads a GGUF file's metadata once for the tokenizer, once for the config and once for the
+    weights (a new `gguf.GGUFReader` each time, ~5 s for SmolLM2's 49,152-entry vocabulary in pure
+    Python), and builds `gguf.get_tensor_name_map` once per submodule while mapping tensor names (397
+    times for SmolLM2, ~6 s). Both are read-only once built, so the same objects serve every call: the
+    same tensors and tokenizer come out (tests/test_models.py compares the files), in less time.
+    transformers imports both names from `gguf` inside its functions, so replacing the module's
+    attributes for the block reaches them; they are restored on exit."""
+    import gguf
+
+    originals = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+    name_maps: dict = {}
+
+    def reader(path, mode: str = "r"):
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = originals[0](path, mode)
+        return readers[key]
+
+    def tensor_name_map(arch, n_blocks):
+        if (arch, n_blocks) not in name_maps:
+            name_maps[arch, n_blocks] = originals[1](arch, n_blocks)
+        return name_maps[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, tensor_name_map
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = originals
+
+
 def load_source(source: str, architecture: str = "causal"):
     """(tokenizer, model) from any supported source, in the weights' own precision. `architecture`
     (model.architecture) picks the model class; a source of the other kind is refused naming the key."""
@@ -42,8 +78,9 @@ def load_source(source: str, architecture: str = "causal"):
         if architecture != "causal":
             raise ConfigError(f"model.source {source!r} is a decoder-only model; set model.architecture: causal")
         directory, filename = _gguf_location(source)
-        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
-        model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename, dtype=torch.float32)
+        with gguf_parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=filename)
+            model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=filename, dtype=torch.float32)
         # The weights are now plain fp32 tensors; drop the GGUF marker so the model saves as ordinary safetensors.
         model.hf_quantizer = None
         model.is_quantized = False
